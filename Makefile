@@ -1,0 +1,44 @@
+# Every target creates .venv first if it is missing, so a fresh clone needs only `make lab`
+# or `make test`. TORCH_VERSION picks the torch build (default: the CPU wheel of 2.13.0);
+# e.g. `make setup TORCH_VERSION=2.14.1 TORCH_INDEX=https://download.pytorch.org/whl/cu128`.
+PYTHON ?= python3
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX ?=
+VENV := .venv
+BIN := $(VENV)/bin
+# nbgrader starts alembic as a program: the venv's bin/ must be on PATH
+export PATH := $(abspath $(BIN)):$(PATH)
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: setup lab test release grade bench lint clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+lab: setup
+	$(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=notebooks \
+		--LabApp.default_url=/lab/tree/01_collectives/01_collectives.ipynb
+
+test: setup
+	$(BIN)/python -m pytest
+
+release: setup
+	$(BIN)/python -m autograder.release
+
+grade: setup
+	$(BIN)/python -m autograder.grade
+
+bench: setup
+	$(BIN)/python -m bench
+
+lint: setup
+	$(BIN)/ruff check src autograder tests bench
+
+clean:
+	rm -rf grading build .pytest_cache

@@ -1,0 +1,1 @@
+"""Grading side of the course: blank markers, release, hidden tests, diagnosis."""

@@ -1,0 +1,118 @@
+"""Which blank is most likely wrong: put the reference answer into the learner's code, one
+blank (then two, ...) at a time, and see which replacement makes the hidden test pass.
+
+The learner's function is read back from its source; each line that held a `_____` in the
+released template is found again (in order, ignoring comments and spacing) and its fills are
+read off. A learner who rewrote a line beyond recognition is graded on the tests alone.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import re
+import textwrap
+from dataclasses import dataclass
+
+from autograder.markers import BLANK, Blank, comment_start
+
+
+def _code(line: str) -> str:
+    column = comment_start(line)
+    return (line if column is None else line[:column]).strip()
+
+
+def _pattern(template_code: str) -> re.Pattern:
+    """A regex for one template line whose `_____`s capture what the learner wrote there."""
+    pieces = [re.sub(r"(\\ )+", r"\\s*", re.escape(piece)) for piece in template_code.split(BLANK)]
+    return re.compile(r"\s*" + r"(.+?)".join(pieces) + r"\s*$")
+
+
+@dataclass
+class Filled:
+    """The learner's function, read back against the template it was released as."""
+
+    lines: list[str]  # the learner's function source, dedented
+    where: list[int | None]  # per template blank line: the learner line that matches it
+    fills: dict[int, str]  # blank number -> what the learner wrote there
+    template_lines: list[tuple[str, list[Blank]]]  # (template code, its blanks)
+
+    def unfilled(self) -> set[int]:
+        return {n for n, text in self.fills.items() if text.strip() == BLANK}
+
+    def aligned(self) -> bool:
+        return all(index is not None for index in self.where)
+
+    def with_answers(self, numbers: set[int], answers: dict[int, str]) -> str:
+        """The learner's source with the blanks in `numbers` replaced by `answers`."""
+        lines = list(self.lines)
+        for index, (code, blanks) in zip(self.where, self.template_lines, strict=True):
+            if index is None or not any(b.number in numbers for b in blanks):
+                continue
+            indent = re.match(r"\s*", lines[index]).group(0)
+            parts = code.split(BLANK)
+            text = parts[0]
+            for blank, tail in zip(blanks, parts[1:], strict=True):
+                fill = answers[blank.number] if blank.number in numbers else self.fills[blank.number]
+                text += fill + tail
+            lines[index] = indent + text
+        return "\n".join(lines)
+
+
+def read_fills(fn, template: str, blanks: list[Blank]) -> Filled:
+    """Align the learner's `fn` with the released `template` source of its cell."""
+    try:
+        lines = textwrap.dedent(inspect.getsource(fn)).split("\n")
+    except (OSError, TypeError):
+        lines = []
+    by_line: dict[int, list[Blank]] = {}
+    for blank in blanks:
+        by_line.setdefault(blank.line, []).append(blank)
+    template_rows = template.split("\n")
+    template_lines = [(_code(template_rows[row - 1]), by_line[row]) for row in sorted(by_line)]
+    where: list[int | None] = []
+    fills: dict[int, str] = {}
+    cursor = 0
+    codes = [_code(line) for line in lines]
+    for code, row_blanks in template_lines:
+        pattern, found = _pattern(code), None
+        for index in range(cursor, len(codes)):
+            match = pattern.match(codes[index])
+            if match:
+                found = index
+                for blank, text in zip(row_blanks, match.groups(), strict=True):
+                    fills[blank.number] = text.strip()
+                cursor = index + 1
+                break
+        where.append(found)
+    return Filled(lines, where, fills, template_lines)
+
+
+def rebuild(fn, source: str):
+    """Define `source` (one function) in a copy of fn's globals and return the new function."""
+    namespace = dict(fn.__globals__)
+    exec(compile(source, "<candidate>", "exec"), namespace)
+    return namespace[fn.__name__]
+
+
+def wrong_blanks(filled: Filled, blanks: list[Blank], passes, max_trials: int = 40):
+    """The smallest set of blanks whose reference answers make `passes(fn)` true, or None.
+
+    Unfilled blanks are always in the set. Sets are tried from small to large, so one wrong
+    blank is found in at most as many trials as there are blanks.
+    """
+    answers = {b.number: b.answer for b in blanks}
+    must = filled.unfilled()
+    others = sorted(set(answers) - must)
+    trials = 0
+    for size in range(len(others) + 1):
+        for extra in itertools.combinations(others, size):
+            numbers = must | set(extra)
+            if not numbers:
+                continue
+            trials += 1
+            if trials > max_trials:
+                return None
+            if passes(filled.with_answers(numbers, answers)):
+                return numbers
+    return None

@@ -1,0 +1,145 @@
+"""Blank markers: how a solved line says which part of it the learner fills.
+
+A marker is a comment, so the solved source still runs:
+
+    send_idx = (rank - step) % N        # BLANK which chunk did this rank finish last?
+    dist.init_process_group(backend="gloo")   # BLANK `"gloo"` the CPU backend
+    if 0 <= mb < M:                     # BLANK is this a real micro-batch?
+    sampler.set_epoch(epoch)            # BLANK
+
+`# BLANK` alone blanks the natural part of the line: the value of an assignment, a keyword
+argument or a `return`, the condition of an `if`/`elif`/`while`, or else the whole statement.
+`` # BLANK `span` `` blanks exactly that span (several spans may follow one marker). Whatever
+text follows is the hint; it stays as a comment, numbered so feedback can name the blank:
+
+    send_idx = _____  # [1] which chunk did this rank finish last?
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from dataclasses import dataclass
+
+BLANK = "_____"
+MARKER = re.compile(r"#\s*BLANK\b(?P<rest>.*)$")
+SPAN = re.compile(r"\s*`([^`]+)`")
+COMPOUND = re.compile(r"^(?P<head>\s*(?:if|elif|while)\s+)(?P<cond>.+?)(?P<tail>\s*:\s*)$")
+RETURN = re.compile(r"^(?P<head>\s*return\s+)(?P<value>.+?)(?P<tail>\s*)$")
+# the first `=` or augmented `+=`-style operator that is not part of ==, <=, >=, != or :=
+ASSIGN = re.compile(
+    r"^(?P<head>[^=#]*?[^=!<>:+\-*/%&|^@](?:\+|-|\*\*|\*|//|/|%|&|\||\^|@|>>|<<)?=(?!=)\s*)"
+    r"(?P<value>.+?)(?P<tail>,?\s*)$"
+)
+
+
+class MarkerError(ValueError):
+    """A blank marker that cannot be applied: the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Blank:
+    number: int  # 1-based, in order of appearance within its cell
+    line: int  # 1-based line within the cell
+    answer: str  # the text the learner must write
+    hint: str  # the comment that stays in the release ("" if none)
+
+
+def comment_start(line: str) -> int | None:
+    """Column of the line's comment, found with the tokenizer so `#` in strings is ignored."""
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(line).readline):
+            if tok.type == tokenize.COMMENT:
+                return tok.start[1]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        # a line of a multi-line statement does not tokenize alone: fall back to the marker
+        match = re.search(r"#\s*BLANK\b", line)
+        return match.start() if match else None
+    return None
+
+
+def _default_span(code: str) -> tuple[int, int]:
+    """Start and end of what a bare `# BLANK` blanks on this line of code."""
+    for pattern, group in ((COMPOUND, "cond"), (RETURN, "value"), (ASSIGN, "value")):
+        match = pattern.match(code)
+        if match:
+            return match.start(group), match.end(group)
+    stripped = code.strip()
+    start = code.index(stripped)
+    return start, start + len(stripped)
+
+
+def blank_line(line: str, first_number: int, where: str) -> tuple[str, list[tuple[str, str]]]:
+    """Blank one line. Return the released line and its (answer, hint) pairs, in order."""
+    column = comment_start(line)
+    marker = MARKER.match(line[column:]) if column is not None else None
+    if marker is None:
+        return line, []
+    code = line[:column].rstrip()
+    rest = marker.group("rest")
+    spans = []
+    while (span := SPAN.match(rest)) is not None:
+        spans.append(span.group(1))
+        rest = rest[span.end() :]
+    hint = rest.strip()
+    if not code.strip():
+        raise MarkerError(f"{where}: a BLANK marker needs code before it on the same line")
+
+    if spans:
+        positions = []
+        for span in spans:
+            count = code.count(span)
+            if count != 1:
+                found = "matches nothing" if count == 0 else f"matches {count} places"
+                raise MarkerError(f"{where}: BLANK `{span}` {found} in: {code.strip()}")
+            positions.append((code.index(span), code.index(span) + len(span)))
+        positions.sort()
+        for (_, end), (start, _) in zip(positions, positions[1:], strict=False):
+            if start < end:
+                raise MarkerError(f"{where}: BLANK spans overlap in: {code.strip()}")
+    else:
+        positions = [_default_span(code)]
+
+    released, answers, cursor = "", [], 0
+    for start, end in positions:
+        released += code[cursor:start] + BLANK
+        answers.append(code[start:end])
+        cursor = end
+    released += code[cursor:]
+    numbers = ", ".join(f"[{first_number + k}]" for k in range(len(answers)))
+    released += f"  # {numbers} {hint}".rstrip() if hint or len(answers) else ""
+    return released, [(answer, hint) for answer in answers]
+
+
+def blank_source(source: str, where: str = "<cell>", first_line: int = 1) -> tuple[str, list[Blank]]:
+    """Blank every marked line of a cell's source. Return the release text and its blanks.
+
+    `where` and `first_line` place the cell in its file, so an error reads `file.py:42: ...`.
+    """
+    out, blanks = [], []
+    for row, line in enumerate(source.split("\n"), start=1):
+        released, pairs = blank_line(line, len(blanks) + 1, f"{where}:{first_line + row - 1}")
+        out.append(released)
+        for answer, hint in pairs:
+            blanks.append(Blank(len(blanks) + 1, row, answer, hint))
+    return "\n".join(out), blanks
+
+
+def has_marker(source: str) -> bool:
+    return any(
+        (column := comment_start(line)) is not None and MARKER.match(line[column:])
+        for line in source.split("\n")
+    )
+
+
+def check_released(released: str, where: str) -> None:
+    """A released cell must still parse, `_____` and all; else a marker cut a line badly."""
+    try:
+        compile(released, where, "exec")
+    except SyntaxError as err:
+        line = released.split("\n")[(err.lineno or 1) - 1].strip()
+        raise MarkerError(
+            f"{where}: after blanking, line {err.lineno} no longer parses: {line}\n"
+            "Give the marker an explicit span: # BLANK `the part to blank`"
+        ) from None

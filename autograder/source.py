@@ -1,0 +1,100 @@
+"""Solved sources: `solutions/<id>/<id>.py` (jupytext percent format) to nbgrader notebooks.
+
+Cell headers carry a short form of nbgrader's metadata:
+
+    # %% solution="ring_allreduce"          the learner's cell: BLANK markers or a
+                                            ### BEGIN/END SOLUTION region
+    # %% tests="ring_allreduce_tests" points=5
+                                            a graded cell (hidden tests go between
+                                            ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS)
+    # %%                                    any other code cell: locked (restored at grading)
+
+Markdown cells are left as they are. Every notebook gets a Python 3 kernelspec and stable
+cell ids, so regenerating an unchanged source gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+from autograder.markers import MarkerError, blank_source, check_released, has_marker
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions"
+GRADING = Path(os.environ.get("DISTLAB_GRADING_DIR", ROOT / "grading"))
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+def assignment_ids(solutions: Path = SOLUTIONS) -> list[str]:
+    """Every assignment with a solved source, in course order."""
+    return sorted(p.parent.name for p in solutions.glob("*/*.py") if p.stem == p.parent.name)
+
+
+def source_path(assignment: str, solutions: Path = SOLUTIONS) -> Path:
+    return solutions / assignment / f"{assignment}.py"
+
+
+def _cell_lines(text: str) -> list[int]:
+    """1-based line of the first source line of each cell (the line after its `# %%`)."""
+    return [n + 1 for n, line in enumerate(text.split("\n"), start=1) if line.startswith("# %%")]
+
+
+def _nbgrader(cell, locked_count: int) -> dict | None:
+    meta = cell.metadata
+    if "solution" in meta:
+        return {"grade": False, "grade_id": meta.pop("solution"), "locked": False,
+                "schema_version": 3, "solution": True, "task": False}
+    if "tests" in meta:
+        return {"grade": True, "grade_id": meta.pop("tests"), "locked": True,
+                "points": meta.pop("points"), "schema_version": 3, "solution": False,
+                "task": False}
+    if cell.cell_type == "code":
+        return {"grade": False, "grade_id": f"locked_{locked_count:02d}", "locked": True,
+                "schema_version": 3, "solution": False, "task": False}
+    return None
+
+
+def load(assignment: str, solutions: Path = SOLUTIONS) -> nbformat.NotebookNode:
+    """The solved notebook of one assignment, with nbgrader metadata, validated."""
+    path = source_path(assignment, solutions)
+    text = path.read_text()
+    nb = jupytext.reads(text, fmt="py:percent")
+    starts = _cell_lines(text)
+    offset = len(starts) - len(nb.cells)  # a leading cell without `# %%` shifts the count
+    locked = 0
+    for index, cell in enumerate(nb.cells):
+        cell.id = f"{assignment}-{index:03d}"
+        first = starts[index + offset] if 0 <= index + offset < len(starts) else 1
+        where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+        meta = _nbgrader(cell, locked)
+        cell.metadata = {"nbgrader": meta} if meta is not None else {}
+        if meta is not None:
+            locked += meta["grade_id"].startswith("locked_")
+        if cell.cell_type != "code":
+            continue
+        cell.outputs, cell.execution_count = [], None
+        if has_marker(cell.source):
+            if not (meta and meta["solution"]):
+                raise MarkerError(f"{where}:{first}: BLANK markers belong in a solution cell; "
+                                  'mark the cell with  # %% solution="<name>"')
+            released, _ = blank_source(cell.source, where, first)
+            check_released(released, f"{where}:{first}")
+    nb.metadata = {"kernelspec": dict(KERNELSPEC),
+                   "language_info": {"name": "python"}}
+    return nb
+
+
+def solution_cells(assignment: str, solutions: Path = SOLUTIONS):
+    """(cell, blanks) for each solution cell of an assignment, blanks parsed from its markers."""
+    nb = load(assignment, solutions)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            yield cell, blank_source(cell.source)[1]
+
+
+DEFINES = re.compile(r"^def (\w+)\(", re.M)

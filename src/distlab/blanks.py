@@ -1,0 +1,72 @@
+"""The `_____` a learner fills, and the check that none is left empty.
+
+A released notebook imports `_____` from here, so an unfilled blank never fails with a bare
+`NameError`: using it raises `BlankNotFilled`, and `require_filled(fn)` names every empty blank
+of a function (with its line) before the function runs anywhere.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import tokenize
+
+BLANK = "_____"
+
+
+class BlankNotFilled(Exception):
+    """A `_____` is still in the code: fill it, re-run the cell, then run the check again."""
+
+
+class _Blank:
+    """The value of `_____`: any use of it says which blank to fill instead of crashing later."""
+
+    def __repr__(self):
+        return BLANK
+
+    def _refuse(self, *args, **kwargs):
+        raise BlankNotFilled(
+            "a blank `_____` is not filled yet: replace it with your code and re-run the cell"
+        )
+
+    __call__ = __getattr__ = __getitem__ = __setitem__ = __iter__ = __len__ = _refuse
+    __bool__ = __index__ = __int__ = __float__ = __neg__ = __abs__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _refuse
+    __matmul__ = __rmatmul__ = __pow__ = __rpow__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __eq__ = __ne__ = _refuse
+    __hash__ = None
+
+
+_____ = _Blank()
+
+
+def unfilled_lines(source: str) -> list[tuple[int, str]]:
+    """(line number, stripped line) of every `_____` name in `source`, comments ignored."""
+    found = []
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        tokens = []
+    lines = source.splitlines()
+    for tok in tokens:
+        if tok.type == tokenize.NAME and tok.string == BLANK:
+            row = tok.start[0]
+            if not found or found[-1][0] != row:
+                found.append((row, lines[row - 1].strip()))
+    return found
+
+
+def require_filled(fn) -> None:
+    """Raise `BlankNotFilled` naming each line of `fn` that still holds a `_____`."""
+    try:
+        source, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return  # no source to read (a builtin, or a function made by exec): nothing to check
+    empty = unfilled_lines("".join(source))
+    if empty:
+        where = "\n".join(f"  line {first + row - 1}: {text}" for row, text in empty)
+        raise BlankNotFilled(
+            f"{fn.__name__} still has {len(empty)} blank line(s) to fill:\n{where}\n"
+            "Replace each `_____` with your code, re-run the cell, then run the check again."
+        )

@@ -1,0 +1,68 @@
+"""Do solved sources become nbgrader notebooks, and are bad ones refused?"""
+
+import pytest
+
+from autograder import source
+from autograder.markers import MarkerError
+
+TOY = '''# %% [markdown]
+# # Toy
+
+# %%
+from distlab import _____
+
+# %% solution="add_one"
+def add_one(x):
+    y = x + 1  # BLANK add one
+    return y
+
+# %%
+assert add_one(1) == 2
+
+# %% tests="add_one_tests" points=1
+### BEGIN HIDDEN TESTS
+assert add_one(5) == 6
+### END HIDDEN TESTS
+'''
+
+
+def write(tmp_path, text, name="00_toy"):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / f"{name}.py").write_text(text)
+    return tmp_path
+
+
+def test_cells_get_nbgrader_metadata_kernelspec_and_stable_ids(tmp_path):
+    """Does each kind of cell get the nbgrader metadata it needs, and a stable id?"""
+    nb = source.load("00_toy", write(tmp_path, TOY))
+    kinds = [(c.cell_type, c.metadata.get("nbgrader", {}).get("grade_id")) for c in nb.cells]
+    assert kinds == [("markdown", None), ("code", "locked_00"), ("code", "add_one"),
+                     ("code", "locked_01"), ("code", "add_one_tests")]
+    assert nb.cells[2].metadata["nbgrader"]["solution"] is True
+    assert nb.cells[4].metadata["nbgrader"] == {
+        "grade": True, "grade_id": "add_one_tests", "locked": True, "points": 1,
+        "schema_version": 3, "solution": False, "task": False}
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert [c.id for c in nb.cells] == [f"00_toy-{i:03d}" for i in range(5)]
+
+
+def test_marker_outside_a_solution_cell_names_file_and_line(tmp_path):
+    """Is a BLANK in a locked cell refused with the file and the cell's line?"""
+    bad = TOY.replace("assert add_one(1) == 2", "assert add_one(1) == 2  # BLANK")
+    with pytest.raises(MarkerError, match=r"00_toy\.py:13: BLANK markers belong in a solution"):
+        source.load("00_toy", write(tmp_path, bad))
+
+
+def test_bad_span_names_the_line_in_the_solution_file(tmp_path):
+    """Does a span that matches nothing point at its line in the .py file?"""
+    bad = TOY.replace("# BLANK add one", "# BLANK `x + 2`")
+    with pytest.raises(MarkerError, match=r"00_toy\.py:9: BLANK `x \+ 2` matches nothing"):
+        source.load("00_toy", write(tmp_path, bad))
+
+
+def test_assignments_are_found_by_folder_name(tmp_path):
+    """Is every solutions/<id>/<id>.py an assignment, and nothing else?"""
+    write(tmp_path, TOY)
+    write(tmp_path, TOY, "01_other")
+    (tmp_path / "01_other" / "helper.py").write_text("")
+    assert source.assignment_ids(tmp_path) == ["00_toy", "01_other"]
