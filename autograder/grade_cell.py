@@ -69,8 +69,10 @@ def _failure(test, fn, seed: int) -> str | None:
     return None
 
 
-def _label(blank) -> str:
-    return f"[{blank.number}]" + (f" ({blank.hint})" if blank.hint else "")
+def _labels(blanks, numbers) -> str:
+    return ", ".join(
+        f"[{b.number}]" + (f" ({b.hint})" if b.hint else "") for b in blanks if b.number in numbers
+    )
 
 
 def assess(fn, points: float | None = None) -> tuple[float, float, list[str]]:
@@ -86,10 +88,7 @@ def assess(fn, points: float | None = None) -> tuple[float, float, list[str]]:
 
     template, _ = blank_source(cell.source)
     filled = diagnose.read_fills(fn, template, blanks)
-    report = [f"✗ {name}: {reason}"]
-    unfilled = sorted(filled.unfilled())
-    if unfilled:
-        report.append("  blank(s) not filled yet: " + ", ".join(f"[{n}]" for n in unfilled))
+    unfilled = filled.unfilled()
     wrong = None
     if blanks and filled.aligned():
 
@@ -102,13 +101,17 @@ def assess(fn, points: float | None = None) -> tuple[float, float, list[str]]:
             return _failure(test, candidate, seed) is None
 
         wrong = diagnose.wrong_blanks(filled, blanks, passes)
+    report = [f"✗ {name}"]
+    if unfilled:
+        report.append(f"  not filled yet: {_labels(blanks, unfilled)}")
     if wrong is None:
-        report.append("  could not pin this on single blanks: check the lines you changed "
-                      "outside the blanks, and each blank's hint")
+        report.append(f"  a hidden test failed: {reason}")
+        report.append("  it is not one blank alone: check each blank's hint, and any line you "
+                      "changed outside the blanks")
         return 0.0, possible, report
-    for blank in blanks:
-        if blank.number in wrong and blank.number not in unfilled:
-            report.append(f"  blank {_label(blank)} looks wrong")
+    if wrong - unfilled:
+        report.append(f"  looks wrong: {_labels(blanks, wrong - unfilled)}")
+        report.append(f"  a hidden test failed: {reason}")
     earned = round(possible * (len(blanks) - len(wrong)) / len(blanks), 2)
     return earned, possible, report
 

@@ -1,0 +1,11 @@
+"""Run every benchmark: `python -m bench` (or `make bench`)."""
+
+import importlib
+
+for name in ("bench.bench_launch", "bench.bench_ring", "bench.bench_notebooks"):
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        print(f"\n## {name}: not available ({err})")
+        continue
+    module.main()

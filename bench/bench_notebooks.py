@@ -1,0 +1,40 @@
+"""Wall time of each solved notebook run top to bottom, against an empty notebook's.
+
+    python -m bench.bench_notebooks
+
+The baseline is a notebook that only imports distlab (kernel start + torch import), run in
+the same way in the same run, so the ratio says what the exercises themselves cost.
+"""
+
+from __future__ import annotations
+
+import time
+
+import nbformat
+from nbclient import NotebookClient
+
+from autograder import source
+from bench import table
+
+
+def wall_time(nb) -> float:
+    start = time.perf_counter()
+    NotebookClient(nb, kernel_name="python3", timeout=600, allow_errors=False).execute()
+    return time.perf_counter() - start
+
+
+def main() -> list[dict]:
+    empty = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import distlab")])
+    baseline = wall_time(empty)
+    rows = [{"notebook": "baseline: empty (kernel + import distlab)",
+             "seconds": f"{baseline:.1f}", "ratio": "1.0x"}]
+    for assignment in source.assignment_ids():
+        seconds = wall_time(source.load(assignment))
+        rows.append({"notebook": f"{assignment} (solved)", "seconds": f"{seconds:.1f}",
+                     "ratio": f"{seconds / baseline:.1f}x"})
+    table("Notebooks executed top to bottom", rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Does grade(fn) give a point per blank and name the blank that is wrong?"""
+
+import copy
+import linecache
+import sys
+import warnings
+
+import pytest
+
+from autograder import exercises, grade_cell, reference
+from autograder.markers import blank_source
+
+SOLVED = '''def ring_sum(grads):
+    N = len(grads)
+    size = len(grads[0]) // N
+    chunks = [[list(g[j * size:(j + 1) * size]) for j in range(N)] for g in grads]
+    for step in range(N - 1):
+        new = copy.deepcopy(chunks)
+        for i in range(N):
+            send = (i - step) % N   # BLANK which chunk?
+            dst = (i + 1) % N       # BLANK next GPU
+            for k in range(size):
+                new[dst][send][k] = chunks[dst][send][k] + chunks[i][send][k]  # BLANK add
+        chunks = new
+    for step in range(N - 1):
+        new = copy.deepcopy(chunks)
+        for i in range(N):
+            send = (i - step + 1) % N  # BLANK
+            dst = (i + 1) % N
+            new[dst][send] = list(chunks[i][send])  # BLANK `list(chunks[i][send])`
+        chunks = new
+    return [[v for c in row for v in c] for row in chunks]
+'''
+TEMPLATE, BLANKS = blank_source(SOLVED)
+
+
+class Cell:
+    source = SOLVED
+
+
+def ring_sum_test(fn, rng):
+    for n in range(1, 6):
+        grads = rng.integers(0, 9, size=(n, 2 * n)).tolist()
+        result = fn(copy.deepcopy(grads))
+        expected = [sum(column) for column in zip(*grads, strict=True)]
+        assert all(row == expected for row in result), f"world_size={n}: wrong sums"
+
+
+@pytest.fixture(autouse=True)
+def exercise(monkeypatch):
+    monkeypatch.setattr(reference, "locate", lambda name: ("00_toy", Cell, BLANKS))
+    monkeypatch.setitem(exercises.TESTS, "ring_sum", ring_sum_test)
+
+
+def define(source):
+    """Define a function the way a notebook cell does (source readable via linecache)."""
+    filename = f"<cell-{abs(hash(source))}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"copy": copy, "sys": sys, "warnings": warnings}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace["ring_sum"]
+
+
+def test_solved_function_earns_every_point(capsys):
+    """Does the reference earn one point per blank, 5 of 5?"""
+    assert grade_cell.grade(define(SOLVED)) == 5.0
+    assert "every hidden test passed" in capsys.readouterr().out
+
+
+def test_untouched_template_earns_zero_and_lists_unfilled_blanks(capsys):
+    """Does the released template earn 0 and say which blanks are empty?"""
+    assert grade_cell.grade(define(TEMPLATE)) == 0.0
+    out = capsys.readouterr().out
+    assert "not filled yet: [1] (which chunk?), [2] (next GPU), [3] (add), [4], [5]" in out
+
+
+def test_one_wrong_blank_costs_one_point_and_is_named(capsys):
+    """Does one wrong blank cost exactly its point, and is it named with its hint?"""
+    learner = SOLVED.replace("(i + 1) % N       # BLANK next GPU", "(i + 2) % N")
+    assert grade_cell.grade(define(learner)) == 4.0
+    out = capsys.readouterr().out
+    assert "looks wrong: [2] (next GPU)" in out
+    assert "(i + 1) % N" not in out  # the answer is never shown
+
+
+def test_two_wrong_blanks_are_both_named():
+    """Are two wrong blanks both found (3 of 5)?"""
+    learner = SOLVED.replace("(i + 1) % N       # BLANK next GPU", "(i + 2) % N")
+    learner = learner.replace("(i - step) % N   # BLANK which chunk?", "(i - step - 1) % N")
+    earned, _, report = grade_cell.assess(define(learner))
+    assert earned == 3.0
+    assert "[1] (which chunk?), [2] (next GPU)" in "\n".join(report)
+
+
+def test_extra_lines_and_spacing_do_not_confuse_the_alignment():
+    """Does a learner's debug print and different spacing still line up with the blanks?"""
+    learner = TEMPLATE.replace(
+        "send = _____  # [1] which chunk?", "print('debug', i)\n            send = (i-step)%N")
+    earned, _, report = grade_cell.assess(define(learner))
+    assert earned == 1.0
+    assert "not filled yet: [2] (next GPU), [3] (add), [4], [5]" in "\n".join(report)
+
+
+def test_code_rewritten_beyond_the_blanks_earns_zero_with_advice():
+    """If the learner broke a line outside the blanks, is the failure reported, not blamed on
+    a blank?"""
+    learner = SOLVED.replace("for step in range(N - 1):\n        new = copy.deepcopy(chunks)\n"
+                             "        for i in range(N):\n            send = (i - step) % N",
+                             "for step in range(N - 2):\n        new = copy.deepcopy(chunks)\n"
+                             "        for i in range(N):\n            send = (i - step) % N", 1)
+    earned, _, report = grade_cell.assess(define(learner))
+    assert earned == 0.0
+    assert "not one blank alone" in "\n".join(report)
+
+
+def test_nothing_reaches_stderr_even_when_the_learner_writes_there(capfd):
+    """Does grading keep the learner's stderr prints and warnings out of the cell?"""
+    learner = SOLVED.replace(
+        "    N = len(grads)\n",
+        "    N = len(grads)\n    print('noise', file=sys.stderr)\n    warnings.warn('careful')\n")
+    assert grade_cell.grade(define(learner)) == 5.0
+    captured = capfd.readouterr()
+    assert captured.err == ""
+    assert "noise" not in captured.out
+
+
+def test_grader_error_is_reported_as_zero_not_raised(monkeypatch, capsys):
+    """If the grader itself cannot grade (no such exercise), does the cell still get a value?"""
+    monkeypatch.setattr(reference, "locate", lambda name: (_ for _ in ()).throw(KeyError(name)))
+    assert grade_cell.grade(define(SOLVED), points=5) == 0.0
+    assert "could not grade" in capsys.readouterr().out
+
+
+def test_student_seed_changes_the_cases(monkeypatch):
+    """Do different students get different (but reproducible) hidden-test seeds?"""
+    monkeypatch.setenv("DISTLAB_STUDENT", "alice")
+    alice = grade_cell.seed_for("ring_sum")
+    monkeypatch.setenv("DISTLAB_STUDENT", "bob")
+    assert grade_cell.seed_for("ring_sum") != alice
+    monkeypatch.setenv("DISTLAB_STUDENT", "alice")
+    assert grade_cell.seed_for("ring_sum") == alice
