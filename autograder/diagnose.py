@@ -59,12 +59,17 @@ class Filled:
         return "\n".join(lines)
 
 
-def read_fills(fn, template: str, blanks: list[Blank]) -> Filled:
-    """Align the learner's `fn` with the released `template` source of its cell."""
+def source_of(fn) -> str:
+    """The learner's function as they wrote it ("" when Python cannot find its source)."""
     try:
-        lines = textwrap.dedent(inspect.getsource(fn)).split("\n")
+        return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
-        lines = []
+        return ""
+
+
+def read_fills(learner_source: str, template: str, blanks: list[Blank]) -> Filled:
+    """Align the learner's function source with the released `template` source of its cell."""
+    lines = learner_source.split("\n")
     by_line: dict[int, list[Blank]] = {}
     for blank in blanks:
         by_line.setdefault(blank.line, []).append(blank)

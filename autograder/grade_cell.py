@@ -24,9 +24,9 @@ from autograder.exercises import test_for
 from autograder.markers import blank_source
 
 
-def seed_for(name: str) -> int:
-    """The hidden tests' seed: fixed per function, and per student when grading sets one."""
-    student = os.environ.get("DISTLAB_STUDENT", "")
+def seed_for(name: str, student: str | None = None) -> int:
+    """The hidden tests' seed: fixed per function and student (reproducible regrades)."""
+    student = os.environ.get("DISTLAB_STUDENT", "") if student is None else student
     return zlib.crc32(f"{student}/{name}".encode())
 
 
@@ -55,10 +55,13 @@ def quiet():
             os.close(copy)
 
 
-def _failure(test, fn, seed: int) -> str | None:
-    """None if `fn` passes its hidden test, else a one-line reason a learner can act on."""
+def _failure(test, make, source: str | None, seed: int) -> str | None:
+    """None if the function `make(source)` builds passes its hidden test, else a one-line
+    reason a learner can act on."""
+    fn = None
     try:
         with quiet():
+            fn = make(source)
             test(fn, np.random.default_rng(seed))
     except AssertionError as err:
         return str(err) or "a hidden test failed"
@@ -66,6 +69,8 @@ def _failure(test, fn, seed: int) -> str | None:
         if isinstance(err, KeyboardInterrupt | SystemExit):
             return f"the code stopped the test ({type(err).__name__})"
         return f"{type(err).__name__}: {err}".splitlines()[0]
+    finally:
+        getattr(fn, "close", lambda: None)()
     return None
 
 
@@ -75,32 +80,28 @@ def _labels(blanks, numbers) -> str:
     )
 
 
-def assess(fn, points: float | None = None) -> tuple[float, float, list[str]]:
-    """(earned, possible, report lines) for the learner function `fn`."""
-    name = getattr(fn, "__name__", str(fn))
+def assess(name: str, learner_source: str, make, points: float | None = None,
+           student: str | None = None) -> tuple[float, float, list[str]]:
+    """(earned, possible, report lines) for learner function `name`.
+
+    `make(None)` gives the learner's function as submitted; `make(source)` the function defined
+    by `source` (the learner's code with some blanks set to the reference answers).
+    """
     _, cell, blanks = reference.locate(name)
     test = test_for(name)
     possible = float(points if points is not None else max(len(blanks), 1))
-    seed = seed_for(name)
-    reason = _failure(test, fn, seed)
+    seed = seed_for(name, student)
+    reason = _failure(test, make, None, seed)
     if reason is None:
         return possible, possible, [f"✓ {name}: every hidden test passed"]
 
     template, _ = blank_source(cell.source)
-    filled = diagnose.read_fills(fn, template, blanks)
+    filled = diagnose.read_fills(learner_source, template, blanks)
     unfilled = filled.unfilled()
     wrong = None
     if blanks and filled.aligned():
-
-        def passes(candidate_source: str) -> bool:
-            try:
-                with quiet():
-                    candidate = diagnose.rebuild(fn, candidate_source)
-            except BaseException:  # noqa: BLE001
-                return False
-            return _failure(test, candidate, seed) is None
-
-        wrong = diagnose.wrong_blanks(filled, blanks, passes)
+        wrong = diagnose.wrong_blanks(
+            filled, blanks, lambda source: _failure(test, make, source, seed) is None)
     report = [f"✗ {name}"]
     if unfilled:
         report.append(f"  not filled yet: {_labels(blanks, unfilled)}")
@@ -116,12 +117,27 @@ def assess(fn, points: float | None = None) -> tuple[float, float, list[str]]:
     return earned, possible, report
 
 
-def grade(fn, points: float | None = None) -> float:
-    """Grade a learner function; print the report; return the points earned."""
+def report_text(name: str, earned: float, possible: float, report: list[str]) -> str:
+    return "\n".join(report) + f"\nscore: {earned:g} / {possible:g}\n"
+
+
+def grade(fn, points: float | None = None) -> float | None:
+    """Grade a learner function in this kernel; print the report; return the points earned.
+
+    Under `make grade` (DISTLAB_JUDGE set) the judge grades outside the kernel instead, and
+    what this cell shows is replaced by its verdict.
+    """
+    if os.environ.get("DISTLAB_JUDGE"):
+        print("graded outside the notebook by the course's judge")
+        return None
+    name = getattr(fn, "__name__", str(fn))
+
+    def make(source):
+        return fn if source is None else diagnose.rebuild(fn, source)
+
     try:
-        earned, possible, report = assess(fn, points)
+        earned, possible, report = assess(name, diagnose.source_of(fn), make, points)
     except Exception as err:  # noqa: BLE001 - the grader itself must never crash the cell
         earned, possible, report = 0.0, float(points or 0), [f"✗ could not grade: {err}"]
-    print("\n".join(report))
-    print(f"score: {earned:g} / {possible:g}")
+    print(report_text(name, earned, possible, report), end="")
     return earned

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from autograder import exercises, grade_cell, reference
+from autograder import diagnose, exercises, grade_cell, reference
 from autograder.markers import blank_source
 
 SOLVED = '''def ring_sum(grads):
@@ -52,6 +52,12 @@ def exercise(monkeypatch):
     monkeypatch.setitem(exercises.TESTS, "ring_sum", ring_sum_test)
 
 
+def assess(fn):
+    """grade()'s verdict as data: (earned, possible, report lines)."""
+    return grade_cell.assess(fn.__name__, diagnose.source_of(fn),
+                             lambda src: fn if src is None else diagnose.rebuild(fn, src))
+
+
 def define(source):
     """Define a function the way a notebook cell does (source readable via linecache)."""
     filename = f"<cell-{abs(hash(source))}>"
@@ -87,7 +93,7 @@ def test_two_wrong_blanks_are_both_named():
     """Are two wrong blanks both found (3 of 5)?"""
     learner = SOLVED.replace("(i + 1) % N       # BLANK next GPU", "(i + 2) % N")
     learner = learner.replace("(i - step) % N   # BLANK which chunk?", "(i - step - 1) % N")
-    earned, _, report = grade_cell.assess(define(learner))
+    earned, _, report = assess(define(learner))
     assert earned == 3.0
     assert "[1] (which chunk?), [2] (next GPU)" in "\n".join(report)
 
@@ -96,7 +102,7 @@ def test_extra_lines_and_spacing_do_not_confuse_the_alignment():
     """Does a learner's debug print and different spacing still line up with the blanks?"""
     learner = TEMPLATE.replace(
         "send = _____  # [1] which chunk?", "print('debug', i)\n            send = (i-step)%N")
-    earned, _, report = grade_cell.assess(define(learner))
+    earned, _, report = assess(define(learner))
     assert earned == 1.0
     assert "not filled yet: [2] (next GPU), [3] (add), [4], [5]" in "\n".join(report)
 
@@ -108,7 +114,7 @@ def test_code_rewritten_beyond_the_blanks_earns_zero_with_advice():
                              "        for i in range(N):\n            send = (i - step) % N",
                              "for step in range(N - 2):\n        new = copy.deepcopy(chunks)\n"
                              "        for i in range(N):\n            send = (i - step) % N", 1)
-    earned, _, report = grade_cell.assess(define(learner))
+    earned, _, report = assess(define(learner))
     assert earned == 0.0
     assert "not one blank alone" in "\n".join(report)
 
