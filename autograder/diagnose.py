@@ -53,8 +53,8 @@ class Filled:
             parts = code.split(BLANK)
             text = parts[0]
             for blank, tail in zip(blanks, parts[1:], strict=True):
-                fill = answers[blank.number] if blank.number in numbers else self.fills[blank.number]
-                text += fill + tail
+                chosen = answers if blank.number in numbers else self.fills
+                text += chosen[blank.number] + tail
             lines[index] = indent + text
         return "\n".join(lines)
 
@@ -67,28 +67,53 @@ def source_of(fn) -> str:
         return ""
 
 
+def _squash(code: str) -> str:
+    return re.sub(r"\s+", "", code)
+
+
 def read_fills(learner_source: str, template: str, blanks: list[Blank]) -> Filled:
-    """Align the learner's function source with the released `template` source of its cell."""
+    """Align the learner's function source with the released `template` source of its cell.
+
+    Template lines are walked in order. A line without a blank anchors where it is found again
+    (spacing ignored); a line with blanks is matched by its fixed parts. A line that is a blank
+    and nothing else has no fixed parts, so it is looked for only between its neighbours'
+    anchors: the statement the learner wrote there.
+    """
     lines = learner_source.split("\n")
+    codes = [_code(line) for line in lines]
     by_line: dict[int, list[Blank]] = {}
     for blank in blanks:
         by_line.setdefault(blank.line, []).append(blank)
-    template_rows = template.split("\n")
-    template_lines = [(_code(template_rows[row - 1]), by_line[row]) for row in sorted(by_line)]
+    rows = [_code(row) for row in template.split("\n")]
+    template_lines = [(rows[row - 1], by_line[row]) for row in sorted(by_line)]
+
+    def anchor(row: str, start: int) -> int | None:
+        return next((j for j in range(start, len(codes)) if _squash(codes[j]) == _squash(row)),
+                    None)
+
     where: list[int | None] = []
     fills: dict[int, str] = {}
     cursor = 0
-    codes = [_code(line) for line in lines]
-    for code, row_blanks in template_lines:
-        pattern, found = _pattern(code), None
-        for index in range(cursor, len(codes)):
-            match = pattern.match(codes[index])
-            if match:
-                found = index
-                for blank, text in zip(row_blanks, match.groups(), strict=True):
-                    fills[blank.number] = text.strip()
-                cursor = index + 1
-                break
+    for number, row in enumerate(rows, start=1):
+        if number not in by_line:
+            found = anchor(row, cursor) if row else None
+            cursor = cursor if found is None else found + 1
+            continue
+        if row == BLANK:  # a whole statement: the learner's line before the next anchor
+            following = next((r for r in rows[number:] if r and BLANK not in r), None)
+            stop = anchor(following, cursor) if following else None
+            window = [j for j in range(cursor, stop if stop is not None else len(codes))
+                      if codes[j]]
+            found = window[0] if window else None
+            texts = [codes[found]] if found is not None else []
+        else:
+            match = next(((j, m) for j in range(cursor, len(codes))
+                          if (m := _pattern(row).match(codes[j]))), None)
+            found, texts = (match[0], match[1].groups()) if match else (None, [])
+        if found is not None:
+            cursor = found + 1
+            for blank, text in zip(by_line[number], texts, strict=True):
+                fills[blank.number] = text.strip()
         where.append(found)
     return Filled(lines, where, fills, template_lines)
 

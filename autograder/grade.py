@@ -1,22 +1,30 @@
-"""Grade every submission with nbgrader (`make grade`).
+"""Grade every submission with nbgrader, in parallel (`make grade`).
 
-    python -m autograder.grade [assignment ...]
+    python -m autograder.grade [assignment ...] [--jobs N] [--timeout SECONDS]
 
 Submissions live in grading/submitted/<student>/<assignment>/<assignment>.ipynb (nbgrader's
-layout; `nbgrader collect` or `nbgrader zip_collect` put them there). For each one this runs
-`nbgrader autograde` (with that student's seed for the hidden tests) and
-`nbgrader generate_feedback`, then writes grading/grades/<assignment>.csv.
+layout; `nbgrader collect` or `nbgrader zip_collect` put them there). Each one is graded by
+its own `nbgrader autograde --student` and `nbgrader generate_feedback` (nbgrader's autograde
+is serial; these run N at a time, each with its own sandbox slot). Then one CSV per assignment
+is written to grading/grades/. Regrading is idempotent: the same submissions give the same
+grades, and nothing else in the gradebook is touched.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import html
 import os
+import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
 from nbgrader.api import Gradebook
+from traitlets.config.loader import PyFileConfigLoader
 
 from autograder import release, source
 from autograder.nbgrader_cli import nbgrader
@@ -24,11 +32,26 @@ from autograder.nbgrader_cli import nbgrader
 GRADING = source.GRADING
 SUBMITTED = GRADING / "submitted"
 GRADES = GRADING / "grades"
-DB_URL = f"sqlite:///{GRADING / 'gradebook.db'}"  # as in nbgrader_config.py
+FEEDBACK = GRADING / "feedback"
+
+
+def db_url() -> str:
+    """The gradebook's SQLAlchemy URL, as nbgrader_config.py sets it."""
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(source.ROOT)).load_config()
+    return config.CourseDirectory.db_url
+
+
+@dataclass
+class Outcome:
+    student: str
+    assignment: str
+    ok: bool
+    seconds: float
+    problem: str = ""
 
 
 def submissions(ids: list[str], submitted: Path = SUBMITTED) -> list[tuple[str, str]]:
-    """(student, assignment) for every submitted notebook folder, sorted."""
+    """(student, assignment) for every submitted assignment folder, sorted."""
     return sorted(
         (folder.parent.name, folder.name)
         for folder in submitted.glob("*/*")
@@ -36,46 +59,114 @@ def submissions(ids: list[str], submitted: Path = SUBMITTED) -> list[tuple[str, 
     )
 
 
-def autograde(student: str, assignment: str) -> None:
-    os.environ["DISTLAB_STUDENT"] = student  # inherited by the kernel: per-student seeds
-    nbgrader("autograde", assignment, "--student", student, "--force")
-    nbgrader("generate_feedback", assignment, "--student", student, "--force")
+def _problem(output: str) -> str:
+    """The line of nbgrader's log that says why a submission could not be graded."""
+    lines = [line for line in output.splitlines() if "[ERROR]" in line or "Error" in line]
+    return (lines[-1] if lines else output.strip().splitlines()[-1:] or ["unknown"])[0][:300]
 
 
-def write_csv(assignment: str, out: Path = GRADES, db_url: str = DB_URL) -> Path:
-    """One row per student: each graded cell's score, then the total."""
+def grade_one(student: str, assignment: str, slot: int, timeout: float) -> Outcome:
+    """Autograde and write feedback for one submission, in sandbox slot `slot`."""
+    start = time.perf_counter()
+    env = {"DISTLAB_SLOT": str(slot)}
+    for step in ("autograde", "generate_feedback"):
+        try:
+            result = nbgrader(step, assignment, "--student", student, "--force", check=False,
+                              env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return Outcome(student, assignment, False, time.perf_counter() - start,
+                           f"grading took longer than {timeout:g} s and was stopped")
+        if result.returncode != 0:
+            return Outcome(student, assignment, False, time.perf_counter() - start,
+                           _problem(result.stdout + result.stderr))
+    return Outcome(student, assignment, True, time.perf_counter() - start)
+
+
+def failure_feedback(outcome: Outcome) -> None:
+    """A feedback page for a submission nbgrader could not grade, saying why."""
+    folder = FEEDBACK / outcome.student / outcome.assignment
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{outcome.assignment}.html").write_text(
+        f"<html><body><h1>{html.escape(outcome.assignment)}: not graded</h1>"
+        f"<p>Your submission could not be graded: {html.escape(outcome.problem)}</p>"
+        "<p>Score: 0. Check that the notebook opens in JupyterLab and runs top to bottom, "
+        "then hand it in again.</p></body></html>\n")
+
+
+def write_csv(assignment: str, failed: dict[str, str], url: str, out: Path = GRADES) -> Path:
+    """One row per student: each graded cell's score, the total, and why if not graded."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{assignment}.csv"
-    with Gradebook(db_url) as gb:
+    with Gradebook(url) as gb:
         cells = [cell.name for notebook in gb.find_assignment(assignment).notebooks
                  for cell in notebook.grade_cells]
-        with path.open("w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["student", *cells, "score", "max_score"])
-            for sub in sorted(gb.assignment_submissions(assignment), key=lambda s: s.student.id):
-                by_cell = {g.name: g.score for nb in sub.notebooks for g in nb.grades}
-                writer.writerow([sub.student.id, *(by_cell.get(c, 0) for c in cells),
-                                 sub.score, sub.max_score])
+        maximum = gb.find_assignment(assignment).max_score
+        rows = {}
+        for sub in gb.assignment_submissions(assignment):
+            by_cell = {g.name: g.score for nb in sub.notebooks for g in nb.grades}
+            rows[sub.student.id] = [*(by_cell.get(c, 0) for c in cells), sub.score, maximum, ""]
+    for student, problem in failed.items():
+        rows[student] = [*(0 for _ in cells), 0, maximum, problem]
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student", *cells, "score", "max_score", "not_graded_because"])
+        for student in sorted(rows):
+            writer.writerow([student, *rows[student]])
     return path
+
+
+def progress(done: int, total: int, outcome: Outcome, started: float) -> None:
+    width = 24
+    filled = width * done // total
+    rate = done / max(time.perf_counter() - started, 1e-9)
+    eta = (total - done) / rate if rate else 0
+    status = "ok" if outcome.ok else f"NOT GRADED: {outcome.problem[:60]}"
+    line = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+            f"{outcome.assignment}/{outcome.student} {outcome.seconds:.0f}s {status} "
+            f"(eta {eta:.0f}s)")
+    print(line, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ids", nargs="*", help="assignment ids (default: all)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="submissions graded at once (default: one per core)")
+    parser.add_argument("--timeout", type=float, default=1800,
+                        help="seconds one submission may take before it is stopped")
     args = parser.parse_args(argv)
     ids = args.ids or source.assignment_ids()
     # The gradebook learns each assignment's cells, checksums and hidden tests from a release.
     release.release(ids, release_dir=GRADING / "release")
+    url = db_url()
     todo = submissions(ids)
     if not todo:
         print(f"no submissions under {SUBMITTED}/<student>/<assignment>/")
-    for count, (student, assignment) in enumerate(todo, start=1):
-        print(f"[{count}/{len(todo)}] {assignment} / {student}", flush=True)
-        autograde(student, assignment)
+        return 0
+    print(f"grading {len(todo)} submission(s), {args.jobs} at a time", flush=True)
+    outcomes: list[Outcome] = []
+    started = time.perf_counter()
+    free_slots = list(range(args.jobs))
+    with ThreadPoolExecutor(args.jobs) as pool:
+        # each running submission holds one slot (its sandbox uid) until it finishes
+        def task(student, assignment):
+            slot = free_slots.pop()
+            try:
+                return grade_one(student, assignment, slot, args.timeout)
+            finally:
+                free_slots.append(slot)
+
+        futures = [pool.submit(task, s, a) for s, a in todo]
+        for future in as_completed(futures):
+            outcome = future.result()
+            outcomes.append(outcome)
+            if not outcome.ok:
+                failure_feedback(outcome)
+            progress(len(outcomes), len(todo), outcome, started)
     for assignment in sorted({a for _, a in todo}):
-        print(f"grades: {write_csv(assignment)}")
-    if todo:
-        print(f"feedback: {GRADING / 'feedback'}/<student>/<assignment>/")
+        failed = {o.student: o.problem for o in outcomes if o.assignment == assignment and not o.ok}
+        print(f"grades: {write_csv(assignment, failed, url)}")
+    print(f"feedback: {FEEDBACK}/<student>/<assignment>/")
     return 0
 
 

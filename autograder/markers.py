@@ -59,12 +59,28 @@ def comment_start(line: str) -> int | None:
     return None
 
 
+def _unbalanced_tail(text: str) -> int:
+    """How many closing brackets at the end of `text` have no opening bracket in it."""
+    depth = 0
+    for char in text:
+        depth += (char in "([{") - (char in ")]}")
+    count = 0
+    while depth < 0 and text and text[-1] in ")]}":
+        text, depth, count = text[:-1].rstrip(), depth + 1, count + 1
+    return count
+
+
 def _default_span(code: str) -> tuple[int, int]:
     """Start and end of what a bare `# BLANK` blanks on this line of code."""
     for pattern, group in ((COMPOUND, "cond"), (RETURN, "value"), (ASSIGN, "value")):
         match = pattern.match(code)
         if match:
-            return match.start(group), match.end(group)
+            start, end = match.start(group), match.end(group)
+            # a keyword argument that closes the call on its line: `f(x, op=SUM)` blanks `SUM`
+            for _ in range(_unbalanced_tail(code[start:end])):
+                end = code.rindex(code[start:end].rstrip()[-1], start, end)
+                end = len(code[:end].rstrip())
+            return start, end
     stripped = code.strip()
     start = code.index(stripped)
     return start, start + len(stripped)
@@ -112,7 +128,8 @@ def blank_line(line: str, first_number: int, where: str) -> tuple[str, list[tupl
     return released, [(answer, hint) for answer in answers]
 
 
-def blank_source(source: str, where: str = "<cell>", first_line: int = 1) -> tuple[str, list[Blank]]:
+def blank_source(source: str, where: str = "<cell>",
+                 first_line: int = 1) -> tuple[str, list[Blank]]:
     """Blank every marked line of a cell's source. Return the release text and its blanks.
 
     `where` and `first_line` place the cell in its file, so an error reads `file.py:42: ...`.

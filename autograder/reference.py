@@ -26,7 +26,7 @@ def _definitions(code: str) -> str:
     return ast.unparse(tree)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def module(assignment: str) -> types.ModuleType:
     """The definitions of one solved notebook as a module (not in sys.modules on purpose:
     cloudpickle then ships its functions by value to the ranks)."""
@@ -38,7 +38,7 @@ def module(assignment: str) -> types.ModuleType:
     return mod
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def locate(name: str) -> tuple[str, object, list]:
     """(assignment, solution cell, blanks) of the solution cell that defines function `name`."""
     for assignment in source.assignment_ids():

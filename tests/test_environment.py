@@ -1,9 +1,9 @@
 """Do the three places that name dependencies agree?"""
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -145,3 +145,16 @@ def test_student_seed_changes_the_cases(monkeypatch):
     assert grade_cell.seed_for("ring_sum") != alice
     monkeypatch.setenv("DISTLAB_STUDENT", "alice")
     assert grade_cell.seed_for("ring_sum") == alice
+
+
+def test_a_whole_statement_blank_is_found_between_its_neighbours():
+    """Is a blank that is a whole statement read from the line between its neighbours, not
+    from the first line that happens to come next?"""
+    from autograder.diagnose import read_fills
+
+    solved = "def f(x):\n    y = x + 1\n    log(y)  # BLANK\n    z = y * 2  # BLANK\n    return z"
+    template, blanks = blank_source(solved)
+    learner = "def f(x):\n    y = x + 1\n    print(y)\n    z = y * 3\n    return z"
+    filled = read_fills(learner, template, blanks)
+    assert filled.fills == {1: "print(y)", 2: "y * 3"}
+    assert filled.where == [2, 3]

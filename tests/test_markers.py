@@ -24,6 +24,8 @@ def answers(line):
         ("    total += x * 2  # BLANK", "    total += _____  # [1]", "x * 2"),
         ("    sampler.set_epoch(epoch)  # BLANK", "    _____  # [1]", "sampler.set_epoch(epoch)"),
         ("    ok = a == b  # BLANK", "    ok = _____  # [1]", "a == b"),
+        ("dist.all_reduce(t, op=SUM)  # BLANK", "dist.all_reduce(t, op=_____)  # [1]", "SUM"),
+        ("f(x=g(1))  # BLANK", "f(x=_____)  # [1]", "g(1)"),
     ],
 )
 def test_bare_marker_blanks_the_natural_part(solved, learner, answer):
@@ -89,7 +91,8 @@ def test_marker_without_code_fails():
 
 
 def test_release_that_no_longer_parses_fails_with_advice():
-    """Does a bare marker that cuts a call in half get caught, with the fix suggested?"""
-    text, _ = blank_source("f(x=1)  # BLANK")
+    """Does a bare marker that cuts a two-line call in half get caught, with the fix
+    suggested?"""
+    text, _ = blank_source("x = f(1,  # BLANK\n      2)")
     with pytest.raises(MarkerError, match="explicit span"):
         check_released(text, "f.py:3")

@@ -2,5 +2,6 @@
 
 from autograder.preprocessors.clear_blanks import ClearBlanks
 from autograder.preprocessors.hide_tests import HideTests
+from autograder.preprocessors.judge_grades import JudgeGrades
 
-__all__ = ["ClearBlanks", "HideTests"]
+__all__ = ["ClearBlanks", "HideTests", "JudgeGrades"]

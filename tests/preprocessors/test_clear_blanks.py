@@ -44,7 +44,7 @@ def test_marker_in_a_locked_cell_is_refused():
 def test_a_marker_that_breaks_the_line_is_refused():
     """Does a blank that leaves unparsable code stop the release?"""
     with pytest.raises(MarkerError, match="no longer parses"):
-        run(cell("f(x=1)  # BLANK"))
+        run(cell("x = f(1,  # BLANK\n      2)"))
 
 
 def test_notebook_round_trips_through_nbformat():

@@ -1,0 +1,403 @@
+"""Hidden tests of notebook 01 (collectives): one per learner function, oracles from numpy
+(sum, mean, array_split, transpose), also for the real-rank exercises: their results are
+compared here, never on the ranks, where under the judge the learner's code runs too.
+
+The real-rank tests run a harness of this module on the ranks (importable there, so it travels
+by reference; the learner's function travels by value as its argument). The harness makes its
+own process group with a short timeout, so a ring that hangs fails one case in seconds and says
+which, instead of stalling the whole grade.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import os
+import tempfile
+import types
+
+import numpy as np
+
+from autograder.exercises import exercise
+
+PG_TIMEOUT_S = 5.0  # a rank that waits this long for a message is stuck
+RUN_TIMEOUT_S = 20.0  # backstop for run(): the harness's own timeouts come first
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _fmt(values, limit: int = 8) -> str:
+    """A short, readable rendering of a list of numbers (for failure messages)."""
+    try:
+        items = [float(v) for v in values]
+    except (TypeError, ValueError):
+        return repr(values)[:80]
+    text = ", ".join(f"{v:.6g}" for v in items[:limit])
+    return f"[{text}{', ...' if len(items) > limit else ''}]"
+
+
+def _case(n: int, op: str | None = None, **extra) -> str:
+    parts = [f"world_size={n}"] + [f"{k}={v}" for k, v in extra.items()]
+    return ", ".join(parts + ([f"op={op!r}"] if op else []))
+
+
+def _ints(rng, shape) -> list:
+    """Small random integers as plain Python lists (sums stay exact, messages readable)."""
+    return rng.integers(-9, 10, size=shape).tolist()
+
+
+def _oracle_bounds(length: int, n: int) -> list[tuple[int, int]]:
+    sizes = [len(part) for part in np.array_split(np.arange(length), n)]
+    ends = np.cumsum([0] + sizes)
+    return [(int(ends[j]), int(ends[j + 1])) for j in range(n)]
+
+
+def _with_oracle_bounds(fn):
+    """fn, but calling a correct `chunk_bounds`: a mistake in the chunk_bounds exercise must not
+    cost points (or mislead the diagnosis) in the exercises that use it."""
+    if hasattr(fn, "patched"):  # the judge's stand-in for a function in the sandbox
+        return fn.patched(chunk_bounds=_oracle_bounds)
+    globs = getattr(fn, "__globals__", None)
+    if not isinstance(fn, types.FunctionType) or globs is None or "chunk_bounds" not in globs:
+        return fn
+    patched = types.FunctionType(fn.__code__, {**globs, "chunk_bounds": _oracle_bounds},
+                                 fn.__name__, fn.__defaults__, fn.__closure__)
+    patched.__kwdefaults__ = fn.__kwdefaults__
+    return patched
+
+
+def _check_rows(out, expected: np.ndarray, what: str, case: str, unit: str = "GPU") -> None:
+    """out must hold one row per GPU, row i close to expected[i]."""
+    if not isinstance(out, list | tuple) or len(out) != len(expected):
+        got = len(out) if isinstance(out, list | tuple) else type(out).__name__
+        raise AssertionError(f"{case}: expected one {what} per {unit} ({len(expected)}), got {got}")
+    for i, (row, want) in enumerate(zip(out, expected, strict=True)):
+        try:
+            row_array = np.asarray(row, dtype=float)
+        except (TypeError, ValueError):
+            raise AssertionError(f"{case}: {unit} {i} holds {row!r}, not a list of numbers"
+                                 ) from None
+        if row_array.shape != np.shape(want):
+            raise AssertionError(f"{case}: {unit} {i} holds {row_array.size} values, "
+                                 f"expected {len(want)}")
+        if not np.allclose(row_array, want, rtol=1e-9, atol=1e-9):
+            raise AssertionError(f"{case}: {unit} {i} holds {_fmt(row_array)}, "
+                                 f"expected {_fmt(want)}")
+
+
+# ---------------------------------------------------------------- simulated collectives
+
+
+@exercise
+def ring_allreduce(fn, rng):
+    for n in range(1, 9):
+        for op in ("sum", "mean"):
+            length = n * int(rng.integers(0 if n > 1 else 1, 4))
+            grads = _ints(rng, (n, length))
+            case = _case(n, op, grads=grads if length <= 8 else f"<{n}x{length} random>")
+            out = fn(copy.deepcopy(grads), op=op)
+            expected = np.sum(grads, axis=0) if op == "sum" else np.mean(grads, axis=0)
+            _check_rows(out, np.tile(expected, (n, 1)).reshape(n, length), "gradient", case)
+    # a length that is not a multiple of N: refuse (ValueError) or be right, never drop data
+    for n in (2, 3, 5, 8):
+        length = n * int(rng.integers(1, 3)) + int(rng.integers(1, n))
+        grads = _ints(rng, (n, length))
+        case = _case(n, "sum", length=f"{length} (not a multiple of {n})")
+        try:
+            out = fn(copy.deepcopy(grads), op="sum")
+        except ValueError:
+            continue
+        expected = np.tile(np.sum(grads, axis=0), (n, 1))
+        try:
+            _check_rows(out, expected, "gradient", case)
+        except AssertionError as err:
+            raise AssertionError(f"{err} (raise ValueError rather than drop elements)") from None
+
+
+@exercise
+def chunk_bounds(fn, rng):
+    cases = [(10, 4), (2, 4), (0, 3), (7, 1)]
+    cases += [(int(rng.integers(0, 61)), int(rng.integers(1, 10))) for _ in range(30)]
+    for length, n in cases:
+        out = fn(length, n)
+        expected = _oracle_bounds(length, n)
+        try:
+            got = [tuple(int(x) for x in pair) for pair in out]
+        except (TypeError, ValueError):
+            raise AssertionError(f"chunk_bounds({length}, {n}) returned {out!r}: expected a list "
+                                 "of (start, end) pairs") from None
+        if got != expected:
+            raise AssertionError(f"chunk_bounds({length}, {n}) returned {got}, but the chunks "
+                                 "must cover 0..length in order, with sizes that differ by at "
+                                 "most one and the larger chunks first")
+
+
+def _lengths(rng, n: int) -> list[int]:
+    """Lengths 0..3N for world size n: one shorter than n (if n > 1) and two random."""
+    picks = [int(rng.integers(0, n))] if n > 1 else [0]
+    return picks + [int(x) for x in rng.integers(0, 3 * n + 1, size=2)]
+
+
+@exercise
+def ring_allreduce_uneven(fn, rng):
+    fn = _with_oracle_bounds(fn)
+    for n in range(1, 9):
+        for length in _lengths(rng, n):
+            for op in ("sum", "mean"):
+                grads = _ints(rng, (n, length))
+                short = " (shorter than world_size)" if length < n else ""
+                case = _case(n, op, length=f"{length}{short}")
+                out = fn(copy.deepcopy(grads), op=op)
+                reduce = np.sum if op == "sum" else np.mean
+                expected = np.tile(reduce(np.asarray(grads, float).reshape(n, length), axis=0),
+                                   (n, 1))
+                _check_rows(out, expected, "gradient", case)
+
+
+@exercise
+def ring_allgather(fn, rng):
+    for n in range(1, 9):
+        for _ in range(2):
+            shards = [_ints(rng, int(rng.integers(0, 4))) for _ in range(n)]
+            case = _case(n, shards=shards)
+            out = fn(copy.deepcopy(shards))
+            full = [v for shard in shards for v in shard]
+            if not isinstance(out, list | tuple) or len(out) != n:
+                raise AssertionError(f"{case}: expected one list per rank ({n}), got {out!r}")
+            for r, got in enumerate(out):
+                if list(got) != full:
+                    raise AssertionError(f"{case}: rank {r} holds {list(got)}, expected every "
+                                         f"shard in rank order: {full}")
+
+
+@exercise
+def ring_reduce_scatter(fn, rng):
+    fn = _with_oracle_bounds(fn)
+    for n in range(1, 9):
+        for length in _lengths(rng, n):
+            for op in ("sum", "mean"):
+                vectors = _ints(rng, (n, length))
+                case = _case(n, op, length=length)
+                out = fn(copy.deepcopy(vectors), op=op)
+                arr = np.asarray(vectors, float).reshape(n, length)
+                total = arr.sum(axis=0) if op == "sum" else arr.mean(axis=0)
+                expected = np.array_split(total, n)
+                if not isinstance(out, list | tuple) or len(out) != n:
+                    raise AssertionError(f"{case}: expected one shard per rank ({n}), got {out!r}")
+                for r, (got, want) in enumerate(zip(out, expected, strict=True)):
+                    got = np.asarray(got, dtype=float)
+                    if got.shape != want.shape or not np.allclose(got, want):
+                        raise AssertionError(
+                            f"{case}: rank {r} holds {_fmt(got)}, expected chunk {r} of the "
+                            f"reduced vector, {_fmt(want)}")
+
+
+@exercise
+def tree_broadcast(fn, rng):
+    sizes = [1, 2, 3, 4, 7, 8, 15, 16] + [int(x) for x in rng.integers(5, 41, size=4)]
+    for n in sizes:
+        data = _ints(rng, int(rng.integers(1, 4)))
+        out = fn(list(data), n)
+        try:
+            received, steps = out
+        except (TypeError, ValueError):
+            raise AssertionError(f"num_nodes={n}: expected (received, steps), got {out!r}"
+                                 ) from None
+        if not isinstance(received, list | tuple) or len(received) != n:
+            raise AssertionError(f"num_nodes={n}: expected one copy per rank, got {received!r}")
+        missing = [i for i, got in enumerate(received) if got is None or list(got) != data]
+        if missing:
+            raise AssertionError(f"num_nodes={n}, data={data}: ranks {missing} do not hold the "
+                                 "data after the broadcast")
+        if steps != n.bit_length() - 1:
+            raise AssertionError(f"num_nodes={n}: reported {steps} steps, but the tree has "
+                                 f"{n.bit_length()} levels (the root's included)")
+
+
+@exercise
+def alltoall(fn, rng):
+    for n in range(1, 9):
+        blocks = [[_ints(rng, int(rng.integers(0, 3))) for _ in range(n)] for _ in range(n)]
+        case = _case(n, blocks=blocks if n <= 3 else f"<{n}x{n} random blocks>")
+        out = fn(copy.deepcopy(blocks))
+        if not isinstance(out, list | tuple) or len(out) != n:
+            raise AssertionError(f"{case}: expected one row per rank ({n}), got {out!r}")
+        for c in range(n):
+            for r in range(n):
+                try:
+                    got = out[c][r]
+                except (IndexError, TypeError):
+                    raise AssertionError(f"{case}: rank {c} has no block from rank {r}") from None
+                if got is None or list(got) != blocks[r][c]:
+                    raise AssertionError(f"{case}: rank {c} filed {got!r} as the block from "
+                                         f"rank {r}, which sent it {blocks[r][c]!r}")
+
+
+# ---------------------------------------------------------------- real ranks
+
+
+def _hello_harness(rank, world_size, fn):
+    """Run the learner's hello_allreduce: what it returned, whether it left its group open, and
+    how many times it waited at a barrier."""
+    import torch.distributed as dist
+
+    real, waits = dist.barrier, []
+
+    def barrier(*args, **kwargs):
+        waits.append(1)
+        return real(*args, **kwargs)
+
+    dist.barrier = barrier
+    try:
+        value = fn(rank, world_size)
+    finally:
+        dist.barrier = real
+    return value, dist.is_initialized(), len(waits)
+
+
+def _run(harness, fn, n: int, *args):
+    """harness(rank, n, fn, *args) on n ranks (distlab.run; through the judge's runner when fn
+    stands for a function in the sandbox), every failure an AssertionError naming the case."""
+    import distlab
+
+    options = {"world_size": n, "init_group": False, "timeout": RUN_TIMEOUT_S}
+    try:
+        if hasattr(fn, "on_ranks"):
+            return fn.on_ranks(harness, *args, **options)
+        return distlab.run(harness, fn, *args, **options)
+    except distlab.RankError as err:
+        raise AssertionError(f"world_size={n}: {str(err).splitlines()[0]}") from None
+    except (distlab.DeadlockError, TimeoutError):
+        raise AssertionError(f"world_size={n}: the ranks were still waiting after "
+                             f"{RUN_TIMEOUT_S:g} s (a deadlock?)") from None
+
+
+@exercise
+def hello_allreduce(fn, rng):
+    from distlab import require_filled
+
+    require_filled(fn)
+    for n in (1, 2, 3, 4):
+        results = _run(_hello_harness, fn, n)
+        expected = n * (n + 1) / 2
+        for rank, (value, still_open, waits) in enumerate(results):
+            if not isinstance(value, int | float) or value != expected:
+                raise AssertionError(f"world_size={n}: rank {rank} returned {value!r}, expected "
+                                     f"the sum 1 + ... + {n} = {expected:g}")
+            if not waits:
+                raise AssertionError(f"world_size={n}: rank {rank} left without waiting for "
+                                     "every rank to arrive")
+            if still_open:
+                raise AssertionError(f"world_size={n}: rank {rank} returned with its process "
+                                     "group still open")
+
+
+def _p2p_harness(rank, world_size, fn, cases):
+    """Each case: the learner's ring on this rank's tensor. Returns, per case, ("ok", output)
+    or (kind, text) with kind "raised" (fn raised), "stuck" (a wait timed out) or "broken" (the
+    group failed after another rank's error); stops at the first failure. The expected values
+    are computed by the test, outside the ranks: under the judge these run in the sandbox,
+    next to the learner's code, so nothing decided here can be trusted."""
+    import torch
+    import torch.distributed as dist
+
+    def failure(err, kind):
+        text = f"{type(err).__name__}: {err}".splitlines()[0]
+        if "timed out" in text.lower():
+            return "stuck", f"waited {PG_TIMEOUT_S:g} s for a message that never came"
+        if "gloo/transport" in text or "onnection" in text or "Broken pipe" in text:
+            return "broken", text  # a peer gave up (timed out or failed) and hung up on us
+        return kind, text
+
+    # A FileStore rendezvous (a TCPStore client that comes before its server backs off ~0.5 s),
+    # named after the launcher's fresh MASTER_PORT; the last rank to leave deletes it.
+    store = os.path.join(tempfile.gettempdir(),
+                         f"distlab-p2p-{os.getppid()}-{os.environ['MASTER_PORT']}")
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world_size, timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
+    results = []
+    try:
+        for tensors, op in cases:
+            try:
+                out = fn(rank, world_size, tensors[rank].clone(), op=op)
+            except Exception as err:  # noqa: BLE001 - reported as the case's failure
+                results.append(failure(err, "raised"))
+                break
+            if isinstance(out, torch.Tensor):
+                out = out.detach().clone()
+            results.append(("ok", out))
+    except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
+        results.append(failure(err, "broken"))
+    finally:
+        dist.destroy_process_group()
+    return results
+
+
+def _p2p_specs(rng, n: int) -> list[tuple]:
+    """(length, op, dtype) cases for world size n: every length with both ops and both dtypes
+    (paired differently for alternate lengths)."""
+    import torch
+
+    f32, f64 = torch.float32, torch.float64
+    specs = []
+    lengths = [int(rng.integers(0, n)) if n > 1 else 0, int(rng.integers(0, 3 * n + 1)),
+               int(rng.integers(3 * n, 200))]  # shorter than n, around n, long
+    for index, length in enumerate(lengths):
+        pairs = (("sum", f32), ("mean", f64)) if index % 2 == 0 else (("mean", f32), ("sum", f64))
+        specs += [(length, op, dtype) for op, dtype in pairs]
+    return specs
+
+
+@exercise
+def ring_allreduce_p2p(fn, rng):
+    import torch
+
+    from distlab import require_filled
+
+    require_filled(fn)
+    for n in (1, 2, 3, 4, int(rng.integers(5, 8)), 8):
+        specs = _p2p_specs(rng, n)
+        cases = [([torch.from_numpy(rng.standard_normal(length)).to(dtype) for _ in range(n)],
+                  op) for length, op, dtype in specs]
+        _p2p_verdict(n, specs, cases, _run(_p2p_harness, fn, n, cases))
+
+
+def _exact_all_reduce(tensors: list, op: str):
+    """The oracle: the sum (or mean) of every rank's tensor, accumulated in float64."""
+    import torch
+
+    total = torch.stack([t.double() for t in tensors]).sum(dim=0)
+    return (total / len(tensors) if op == "mean" else total).to(tensors[0].dtype)
+
+
+def _p2p_verdict(n: int, specs: list, cases: list, results: list) -> None:
+    """Raise on the first case some rank got wrong; within a case, a rank that raised is named
+    before ranks that were stuck (waiting on it) and ranks whose group broke."""
+    for index, (length, op, dtype) in enumerate(specs):
+        short = " (shorter than world_size)" if length < n else ""
+        case = (f"world_size={n}, length={length}{short}, op={op!r}, "
+                f"dtype={str(dtype).replace('torch.', '')}")
+        entries = [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
+        for kind in ("raised", "stuck", "broken"):
+            for rank, entry in enumerate(entries):
+                if entry[0] == kind:
+                    raise AssertionError(f"{case}: rank {rank}: {entry[1]}")
+        expected = _exact_all_reduce(*cases[index])
+        for rank, (_, out) in enumerate(entries):
+            _check_tensor(out, expected, case, rank)
+
+
+def _check_tensor(out, expected, case: str, rank: int) -> None:
+    import torch
+
+    if not isinstance(out, torch.Tensor):
+        raise AssertionError(f"{case}: rank {rank} returned {type(out).__name__}, not a tensor")
+    if out.shape != expected.shape or out.dtype != expected.dtype:
+        raise AssertionError(f"{case}: rank {rank} returned a {out.dtype} tensor of shape "
+                             f"{tuple(out.shape)}, expected {expected.dtype} "
+                             f"{tuple(expected.shape)}")
+    tol = 1e-5 if expected.dtype == torch.float32 else 1e-10
+    if not torch.allclose(out, expected, rtol=tol, atol=tol):
+        raise AssertionError(f"{case}: rank {rank} holds {_fmt(out.tolist())}, "
+                             f"the all-reduce is {_fmt(expected.tolist())}")

@@ -1,0 +1,165 @@
+"""The trusted half of grading: decide a graded function's points outside the learner's kernel.
+
+The judge reads the submitted notebook's code as text, starts `autograder.runner` in the
+sandbox to define it, and runs the same hidden test as `grade()` with a `Remote` in place of
+the learner's function: the test (inputs, oracle, verdict) runs here, only the learner's calls
+run there, and only plain values come back. Locating the wrong blank works the same way, each
+candidate in a fresh runner, so no answer ever reaches the process that holds the learner's
+first results.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+from autograder import wire
+from autograder.source import ROOT
+
+CALL_TIMEOUT = float(os.environ.get("DISTLAB_CALL_TIMEOUT", 60))
+
+
+class RemoteError(Exception):
+    """The learner's function raised something that has no builtin twin here."""
+
+
+def _raise(reply: dict):
+    name, message = reply.get("error", "Error"), str(reply.get("message", ""))
+    if name in ("RankError", "DeadlockError", "BlankNotFilled"):
+        import distlab
+
+        raise getattr(distlab, name)(message)
+    cls = getattr(builtins, name, None) if reply.get("builtin") else None
+    if isinstance(cls, type) and issubclass(cls, Exception) and cls is not SystemExit:
+        raise cls(message)
+    raise RemoteError(f"{name}: {message}")
+
+
+def runner_command(slot: int = 0) -> list[str]:
+    """The runner's command line: sandboxed (private network too) where the sandbox works."""
+    from autograder import sandbox
+
+    argv = [sys.executable, "-m", "autograder.runner"]
+    if not sandbox.available():
+        return argv
+    return sandbox.wrap(argv, uid=sandbox.uid_for(slot), network=False)
+
+
+class Remote:
+    """Stands in for the learner's function; every call runs in one runner process."""
+
+    def __init__(self, cells: list[str], name: str, candidate: str | None = None,
+                 patch: dict | None = None, slot: int = 0):
+        self.__name__ = name
+        self._load = {"op": "load", "cells": cells, "function": name, "candidate": candidate,
+                      "patch": patch or {}}
+        self._slot = slot
+        self._proc = None
+
+    def _start(self):
+        self._proc = subprocess.Popen(
+            runner_command(self._slot), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
+            env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}"})
+        self._ask(self._load)
+
+    def _ask(self, request: dict, timeout: float = CALL_TIMEOUT):
+        if self._proc is None:
+            self._start()
+        proc = self._proc
+        try:
+            proc.stdin.write(wire.dumps(request))
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.close()
+            raise RuntimeError("the code under test stopped the process running it") from None
+        line, deadline = b"", time.monotonic() + timeout
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            ready = select.select([proc.stdout], [], [], max(left, 0))[0] if left > 0 else []
+            if not ready:
+                self.close()
+                raise TimeoutError(f"the function did not return within {timeout:g} s")
+            chunk = os.read(proc.stdout.fileno(), 1 << 20)
+            if not chunk:
+                self.close()
+                raise RuntimeError("the code under test stopped the process running it")
+            line += chunk
+            if len(line) > wire.MAX_MESSAGE:
+                self.close()
+                raise RuntimeError("the function returned far too much data")
+        try:
+            reply = wire.loads(line)
+            if "ok" in reply:
+                return wire.decode(reply["ok"])
+        except (ValueError, TypeError, KeyError) as err:
+            self.close()
+            raise RuntimeError(f"unreadable result from the code under test ({err})") from None
+        _raise(reply)
+
+    def __call__(self, *args, **kwargs):
+        return self._ask({"op": "call", "args": wire.encode(list(args)),
+                          "kwargs": wire.encode(kwargs)})
+
+    def on_ranks(self, harness, *args, **options):
+        """distlab.run(harness, <learner fn>, *args, **options), run in the runner."""
+        path = f"{harness.__module__}:{harness.__qualname__}"
+        timeout = options.get("timeout") or CALL_TIMEOUT
+        return self._ask({"op": "ranks", "harness": path, "args": wire.encode(list(args)),
+                          "options": options}, timeout=timeout + 15)
+
+    def patched(self, **names):
+        """A Remote whose notebook globals `names` are replaced by trusted functions."""
+        patch = {k: f"{v.__module__}:{v.__qualname__}" for k, v in names.items()}
+        return Remote(self._load["cells"], self.__name__, self._load["candidate"],
+                      {**self._load["patch"], **patch}, self._slot)
+
+    def close(self):
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._proc.wait()
+            for stream in (self._proc.stdin, self._proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            self._proc = None
+
+    def __del__(self):
+        self.close()
+
+
+def function_source(cells: list[str], name: str) -> str:
+    """The source of the last top-level `def name` in the cells (the one a kernel would use)."""
+    found = ""
+    for code in cells:
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+                found = "\n".join(code.split("\n")[first - 1: node.end_lineno])
+    return found
+
+
+def verdict(cells: list[str], name: str, student: str, points: float | None = None,
+            slot: int = 0) -> tuple[float, float, list[str]]:
+    """(earned, possible, report) for function `name` of a submission whose code cells are
+    `cells`, every call of the learner's code made in a sandboxed runner."""
+    from autograder.grade_cell import assess
+
+    def make(candidate: str | None):
+        return Remote(cells, name, candidate, slot=slot)
+
+    return assess(name, function_source(cells, name), make, points, student)

@@ -1,0 +1,112 @@
+"""The untrusted half of grading: `python -m autograder.runner`, started by the judge inside
+the sandbox. It defines the learner's notebook code, then answers the judge's requests (call
+the function on these inputs; run it on N ranks through this harness) with plain values.
+
+It decides nothing: the judge compares what comes back with its own oracle, in its own
+process. Whatever the learner's code does here (patch numpy, print "passed", exit) can only
+change the values it sends back, so it can only cost the learner points.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import linecache
+import os
+import sys
+import warnings
+
+from autograder import wire
+
+KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)
+
+
+def definitions(code: str) -> ast.Module | None:
+    """The top-level imports, functions, classes and constants of a cell (None: unparsable).
+
+    Other statements (checks, plots, launches, and any patching a learner put at top level)
+    are left out: the graded function sees what the notebook defines, nothing it ran.
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        try:
+            from IPython.core.inputtransformer2 import TransformerManager
+
+            tree = ast.parse(TransformerManager().transform_cell(code))
+        except Exception:  # noqa: BLE001 - a cell the kernel could not run either
+            return None
+    tree.body = [node for node in tree.body if isinstance(node, KEEP) or (
+        isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant))]
+    return tree
+
+
+def define(cells: list[str]) -> dict:
+    """Run the definitions of every cell, in order, in one fresh namespace (like a kernel)."""
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    for index, code in enumerate(cells):
+        tree = definitions(code)
+        if tree is None:
+            continue
+        filename = f"<cell {index}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        try:
+            exec(compile(tree, filename, "exec"), namespace)
+        except Exception:  # noqa: BLE001 - as in a kernel, a failing cell defines less
+            continue
+    return namespace
+
+
+def _resolve(path: str):
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def answer(request: dict, state: dict):
+    op = request["op"]
+    if op == "load":
+        state["ns"] = define(request["cells"])
+        if request.get("candidate"):
+            exec(compile(request["candidate"], "<candidate>", "exec"), state["ns"])
+        for name, path in request.get("patch", {}).items():
+            state["ns"][name] = _resolve(path)
+        state["fn"] = state["ns"].get(request["function"])
+        if state["fn"] is None:
+            raise NameError(f"name {request['function']!r} is not defined")
+        return None
+    fn = state["fn"]
+    if op == "call":
+        return fn(*wire.decode(request["args"]), **wire.decode(request["kwargs"]))
+    if op == "ranks":
+        import distlab
+
+        harness = _resolve(request["harness"])
+        return distlab.run(harness, fn, *wire.decode(request["args"]), **request["options"])
+    raise ValueError(f"unknown request {op!r}")
+
+
+def main() -> None:
+    # The protocol gets its own copy of stdout; everything the learner prints goes nowhere.
+    channel = os.fdopen(os.dup(1), "wb", buffering=0)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as we do
+    warnings.simplefilter("ignore")
+    state: dict = {}
+    for line in sys.stdin.buffer:
+        try:
+            reply = {"ok": wire.encode(answer(wire.loads(line), state))}
+        except BaseException as err:  # noqa: BLE001 - every failure goes back as a value
+            reply = {"error": type(err).__name__, "message": str(err)[:4000],
+                     "builtin": isinstance(getattr(builtins, type(err).__name__, None), type)}
+        try:
+            data = wire.dumps(reply)
+        except (TypeError, ValueError) as err:
+            data = wire.dumps({"error": "TypeError", "message": str(err), "builtin": True})
+        channel.write(data)
+
+
+if __name__ == "__main__":
+    main()

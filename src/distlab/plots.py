@@ -1,0 +1,161 @@
+"""Pictures for the notebooks: ring AllReduce step by step, the binary broadcast tree.
+
+    show_ring([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]])  # a slider
+    show_ring(gpu_grads, step=3)       # one static figure: the state after step 3
+    show_tree(10)                      # ranks coloured by the step they receive in
+
+The ring is simulated here on its own (chunks cut like numpy.array_split), so the picture is
+right whatever state the learner's exercise is in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+REDUCE, GATHER = "tab:orange", "tab:green"
+
+
+@dataclass
+class RingState:
+    """What every GPU holds after `step` steps of the ring (step 0: before any)."""
+
+    step: int
+    phase: str  # "start", "scatter-reduce", "all-gather"
+    values: list  # values[i][j]: GPU i's copy of chunk j (a list of partial sums)
+    counts: np.ndarray  # counts[i, j]: how many GPUs' contributions that copy contains
+    sends: list  # (src, dst, chunk) of the step that led here
+
+
+def ring_states(gpu_grads) -> list[RingState]:
+    """The 2(N-1) + 1 states of a ring AllReduce (sum) of `gpu_grads`."""
+    n = len(gpu_grads)
+    pieces = [[list(map(float, p)) for p in np.array_split(np.asarray(g, float), n)]
+              for g in gpu_grads]
+    counts = np.ones((n, n), dtype=int)
+    states = [RingState(0, "start", pieces, counts, [])]
+    for step in range(2 * (n - 1)):
+        reducing = step < n - 1
+        # sender i passes chunk (i - step) % n when reducing, (i - step + 1) % n when gathering
+        offset = step if reducing else step - (n - 1) - 1
+        sends = [(i, (i + 1) % n, (i - offset) % n) for i in range(n)]
+        old, old_counts = states[-1].values, states[-1].counts
+        values = [[list(chunk) for chunk in row] for row in old]
+        counts = old_counts.copy()
+        for src, dst, j in sends:
+            if reducing:
+                values[dst][j] = [a + b for a, b in zip(old[dst][j], old[src][j], strict=True)]
+                counts[dst, j] = old_counts[dst, j] + old_counts[src, j]
+            else:
+                values[dst][j] = list(old[src][j])
+                counts[dst, j] = old_counts[src, j]
+        phase = "scatter-reduce" if reducing else "all-gather"
+        states.append(RingState(step + 1, phase, values, counts, sends))
+    return states
+
+
+def _label(chunk: list) -> str:
+    if len(chunk) <= 2:
+        return "\n".join(f"{v:g}" for v in chunk) or "(empty)"
+    return f"{chunk[0]:g}, ...\n({len(chunk)} values)"
+
+
+def draw_ring_state(state: RingState, n: int, fig=None):
+    """Left: the ring and this step's sends. Right: every GPU's chunks (colour = how many
+    contributions a copy holds; thick border = changed in this step)."""
+    fig = fig or plt.figure(figsize=(10, 4.2))
+    ax_ring, ax_table = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
+    colour = REDUCE if state.phase == "scatter-reduce" else GATHER
+    total = 2 * (n - 1)
+    fig.suptitle(f"after step {state.step} of {total}: {state.phase}"
+                 if state.step else f"start: every GPU holds only its own gradient "
+                 f"({total} steps to go)")
+
+    angles = [math.pi / 2 - 2 * math.pi * i / n for i in range(n)]
+    xy = [(math.cos(a), math.sin(a)) for a in angles]
+    for src, dst, j in state.sends:
+        arrow = FancyArrowPatch(xy[src], xy[dst], connectionstyle="arc3,rad=-0.25",
+                                arrowstyle="-|>", mutation_scale=16, color=colour, lw=2,
+                                shrinkA=20, shrinkB=20)
+        ax_ring.add_patch(arrow)
+        # label just outside the arc's midpoint (arc3: midpoint + rad/2 * (dy, -dx))
+        (x0, y0), (x1, y1) = xy[src], xy[dst]
+        lx, ly = (x0 + x1) / 2 - 0.4 * (y1 - y0), (y0 + y1) / 2 + 0.4 * (x1 - x0)
+        ax_ring.text(lx, ly, f"c{j}", color=colour, ha="center", va="center",
+                     fontweight="bold")
+    for i, (x, y) in enumerate(xy):
+        ax_ring.add_patch(plt.Circle((x, y), 0.2, color="tab:blue", zorder=3))
+        ax_ring.text(x, y, f"GPU{i}", color="white", ha="center", va="center", zorder=4,
+                     fontsize=9)
+    ax_ring.set_xlim(-1.6, 1.6), ax_ring.set_ylim(-1.6, 1.6)
+    ax_ring.set_aspect("equal"), ax_ring.axis("off")
+
+    ax_table.imshow(state.counts / n, cmap="Blues", vmin=0, vmax=1.6)
+    changed = {(dst, j) for _, dst, j in state.sends}
+    for i in range(n):
+        for j in range(n):
+            ax_table.text(j, i, _label(state.values[i][j]), ha="center", va="center",
+                          fontsize=9 if n <= 5 else 7)
+            if (i, j) in changed:
+                ax_table.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
+                                             edgecolor=colour, lw=3))
+    ax_table.set_xticks(range(n), [f"c{j}" for j in range(n)])
+    ax_table.set_yticks(range(n), [f"GPU{i}" for i in range(n)])
+    ax_table.set_title("partial sums held (darker = more GPUs' contributions)", fontsize=9)
+    return fig
+
+
+def show_ring(gpu_grads, step: int | None = None):
+    """The ring AllReduce of `gpu_grads`: a slider over the steps, or one step if given."""
+    states = ring_states(gpu_grads)
+    n = len(gpu_grads)
+
+    def draw(step: int = 0):
+        draw_ring_state(states[step], n)
+        plt.show()
+
+    if step is not None:
+        return draw(step)
+    try:
+        import ipywidgets as widgets
+    except ImportError:  # no widgets: show every step
+        for s in range(len(states)):
+            draw(s)
+        return None
+    slider = widgets.IntSlider(value=0, min=0, max=len(states) - 1, description="step")
+    widgets.interact(draw, step=slider)
+    return None
+
+
+def tree_levels(num_nodes: int) -> list[int]:
+    """The step in which each rank receives in a binary-tree broadcast from rank 0."""
+    return [int(math.floor(math.log2(i + 1))) for i in range(num_nodes)]
+
+
+def show_tree(num_nodes: int):
+    """The broadcast tree (children of i: 2i+1, 2i+2), ranks coloured by receive step."""
+    levels = tree_levels(num_nodes)
+    depth = max(levels)
+    fig, ax = plt.subplots(figsize=(min(2 + num_nodes, 10), 1.2 + 1.1 * depth))
+    pos = {}
+    for i, level in enumerate(levels):
+        first = 2**level - 1  # ranks first..2*first are this level
+        pos[i] = ((i - first + 0.5) / 2**level, -level)
+    cmap = plt.get_cmap("viridis", depth + 1)
+    for i in range(1, num_nodes):
+        parent = (i - 1) // 2
+        ax.plot(*zip(pos[parent], pos[i], strict=True), color="grey", zorder=1)
+    for i, (x, y) in pos.items():
+        ax.scatter([x], [y], s=500, color=cmap(levels[i]), zorder=2)
+        ax.text(x, y, str(i), ha="center", va="center", color="white", zorder=3)
+    for level in range(depth + 1):
+        ax.text(-0.05, -level, "root" if level == 0 else f"step {level}", ha="right",
+                va="center")
+    ax.set_xlim(-0.3, 1.05), ax.set_ylim(-depth - 0.5, 0.5), ax.axis("off")
+    ax.set_title(f"{num_nodes} ranks: {depth} steps (a linear broadcast needs "
+                 f"{num_nodes - 1})")
+    plt.show()

@@ -1,0 +1,309 @@
+"""Notebook 01 (collectives): do the reference answers pass their hidden tests, do answers with
+one wrong blank fail them (and get that blank named), and do the notebook's own checks pass?
+
+Run: .venv/bin/python -m pytest tests/test_collectives.py -q   (about a minute on 2 cores)
+"""
+
+import linecache
+import time
+import warnings
+
+import matplotlib
+import numpy as np
+import pytest
+
+from autograder import diagnose, exercises, grade_cell, reference
+from autograder.exercises import collectives
+from autograder.markers import blank_source
+
+matplotlib.use("Agg")
+
+ASSIGNMENT = "01_collectives"
+SIMULATED = ["ring_allreduce", "chunk_bounds", "ring_allreduce_uneven", "ring_allgather",
+             "ring_reduce_scatter", "tree_broadcast", "alltoall"]
+REAL_RANKS = ["hello_allreduce", "ring_allreduce_p2p"]
+
+# One plausible mistake per blank: (function, blank number, what a learner might write there).
+WRONG = [
+    ("ring_allreduce", 1, "(i + step) % N"),
+    ("ring_allreduce", 2, "(i + 2) % N"),
+    ("ring_allreduce", 3, "chunks[i][send_chunk_idx][k]"),  # overwrite instead of add
+    ("ring_allreduce", 4, "(i - step) % N"),
+    ("ring_allreduce", 5, "[a + b for a, b in zip(chunks[recv_gpu][send_chunk_idx], "
+                          "chunks[i][send_chunk_idx])]"),  # add instead of overwrite
+    ("chunk_bounds", 1, "(length // n, 0)"),
+    ("chunk_bounds", 2, "start + base + (1 if j >= n - extra else 0)"),  # larger chunks last
+    ("chunk_bounds", 3, "start + base"),
+    ("ring_allreduce_uneven", 1, "(i - step) % N"),
+    ("ring_allreduce_uneven", 2, "(i + 1) % N"),
+    ("ring_allreduce_uneven", 3, "(i - step + 1) % N"),
+    ("ring_allgather", 1, "(r + step) % N"),
+    ("ring_allgather", 2, "(r + 1) % N"),
+    ("ring_allgather", 3, "(r - step) % N"),
+    ("ring_reduce_scatter", 1, "(r - step) % N"),  # the all-reduce schedule, not shifted
+    ("ring_reduce_scatter", 2, "(r - step - 1) % N"),
+    ("ring_reduce_scatter", 3, "bounds[(r + 1) % N]"),
+    ("tree_broadcast", 1, "(parent + 1, parent + 2)"),
+    ("tree_broadcast", 2, "child <= num_nodes"),
+    ("tree_broadcast", 3, "level"),  # counts the last, empty round too
+    ("alltoall", 1, "(r + 1) % N"),
+    ("alltoall", 2, "blocks[dst][r]"),
+    ("alltoall", 3, "received[r][dst]"),
+    ("hello_allreduce", 1, '"nccl"'),
+    ("hello_allreduce", 2, "dist.ReduceOp.MAX"),
+    ("hello_allreduce", 3, "get_rank"),  # no barrier
+    ("ring_allreduce_p2p", 1, "(rank - 1) % N"),  # a ring that hangs
+    ("ring_allreduce_p2p", 2, "(rank + 1) % N"),
+    ("ring_allreduce_p2p", 3, "(rank + step) % N"),
+    ("ring_allreduce_p2p", 4, "(rank - step) % N"),
+    ("ring_allreduce_p2p", 5, "copy_"),  # overwrite instead of add
+]
+
+
+def variant(name: str, number: int, wrong: str):
+    """The reference function `name` with blank `number` answered `wrong`, defined like a
+    notebook cell (its source readable through linecache, for the diagnosis)."""
+    _, cell, blanks = reference.locate(name)
+    blank = blanks[number - 1]
+    lines = cell.source.split("\n")
+    line = lines[blank.line - 1]
+    code, marker = line.split("# BLANK", 1)
+    assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {line!r}"
+    lines[blank.line - 1] = code.replace(blank.answer, wrong) + "# BLANK" + marker
+    source = "\n".join(lines)
+    filename = f"<variant-{name}-{number}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = dict(vars(reference.module(ASSIGNMENT)))
+    namespace["__name__"] = "__main__"  # like a cell: shipped to the ranks by value
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+def fails(name: str, fn, seed: int = 0) -> str:
+    """The hidden test's complaint about fn, or '' if it passes."""
+    try:
+        exercises.test_for(name)(fn, np.random.default_rng(seed))
+    except AssertionError as err:
+        return str(err) or "AssertionError"
+    except Exception as err:  # a crash of the learner's code is a failure too
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ranks_stopped_at_the_end():
+    yield
+    import distlab
+
+    distlab.shutdown()
+
+
+# ---------------------------------------------------------------- references pass
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 12345])
+@pytest.mark.parametrize("name", SIMULATED)
+def test_reference_passes_its_hidden_test(name, seed, capfd):
+    """Does the solved answer pass its hidden test, quietly and quickly, for this seed?"""
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fails(name, reference.reference(name), seed) == ""
+    assert time.perf_counter() - started < 3.0
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("name", REAL_RANKS)
+def test_reference_passes_its_hidden_test_on_real_ranks(name, seed, capfd):
+    """Does the solved real-ranks answer pass its hidden test (gloo, world sizes up to 8)
+    within a few seconds, writing nothing to stderr?"""
+    fn = reference.reference(name)
+    assert fails(name, fn, seed + 1) == ""  # also warms the launcher up (its first start)
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fails(name, fn, seed) == ""
+    assert time.perf_counter() - started < 8.0
+    assert capfd.readouterr().err == ""
+
+
+def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
+    """Is every solution cell graded by a test cell worth one point per blank?"""
+    from autograder import source
+
+    nb = source.load(ASSIGNMENT)
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    names = []
+    for cell, blanks in source.solution_cells(ASSIGNMENT):
+        (name,) = source.DEFINES.findall(cell.source)
+        names.append(name)
+        assert points[f"{name}_tests"] == len(blanks), name
+        exercises.test_for(name)
+    assert sorted(names) == sorted(SIMULATED + REAL_RANKS)
+    assert len(blank_source(reference.locate("ring_allreduce")[1].source)[1]) == 5
+
+
+# ---------------------------------------------------------------- one wrong blank fails
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), WRONG,
+                         ids=[f"{n}-{k}" for n, k, _ in WRONG])
+def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
+    """Does an answer with this one wrong blank fail its hidden test, with a message that names
+    the case and not the answer?"""
+    complaint = fails(name, variant(name, number, wrong))
+    assert complaint
+    answer = reference.locate(name)[2][number - 1].answer
+    assert answer not in complaint
+
+
+def test_every_blank_has_a_wrong_variant():
+    """Is every blank of the notebook covered by a deliberately wrong variant above?"""
+    covered = {(name, number) for name, number, _ in WRONG}
+    for name in SIMULATED + REAL_RANKS:
+        blanks = reference.locate(name)[2]
+        assert {(name, b.number) for b in blanks} <= covered, name
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"),
+                         [w for w in WRONG if w[0] in SIMULATED]
+                         + [("hello_allreduce", 2, "dist.ReduceOp.MAX"),
+                            ("ring_allreduce_p2p", 5, "copy_")],
+                         ids=lambda v: str(v))
+def test_grading_names_the_wrong_blank(name, number, wrong):
+    """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
+    fn = variant(name, number, wrong)
+
+    def make(source):
+        return fn if source is None else diagnose.rebuild(fn, source)
+
+    earned, possible, report = grade_cell.assess(name, diagnose.source_of(fn), make)
+    assert earned == possible - 1, report
+    (line,) = [line for line in report if "looks wrong" in line]
+    assert f"[{number}]" in line and line.count("[") == 1, report
+
+
+def solved_cells(edit=None) -> list[str]:
+    """The code cells of the solved notebook, as the judge reads a submission."""
+    from autograder import source
+
+    cells = [c.source for c in source.load(ASSIGNMENT).cells if c.cell_type == "code"]
+    return [edit(c) if edit else c for c in cells]
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), [
+    ("ring_allreduce_uneven", 1, "(i - step) % N"),  # the judge patches in a correct chunk_bounds
+    ("ring_allreduce_p2p", 1, "(rank - 1) % N"),  # on ranks in the judge's runner; it hangs
+])
+def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):
+    """Graded by the judge (the learner's code in a separate runner process, only plain values
+    coming back), does the reference earn every point and one wrong blank cost one?"""
+    import sys
+
+    from autograder import judge
+
+    # the runner without its sandbox: the sandbox has tests of its own
+    monkeypatch.setattr(judge, "runner_command", lambda slot=0: [sys.executable, "-m",
+                                                                 "autograder.runner"])
+
+    def edit(code):
+        if f"def {name}(" not in code:
+            return code
+        blank = reference.locate(name)[2][number - 1]
+        lines = code.split("\n")
+        row = next(i for i, line in enumerate(lines) if blank.answer in line and "BLANK" in line
+                   and blank.hint in line)
+        lines[row] = lines[row].replace(blank.answer, wrong, 1)
+        return "\n".join(lines)
+
+    earned, possible, report = judge.verdict(solved_cells(edit), name, student="test")
+    assert earned == possible - 1, report
+    assert f"looks wrong: [{number}]" in "\n".join(report), report
+
+
+def test_a_hanging_ring_fails_in_seconds_and_says_it_hung():
+    """Does a ring that deadlocks (wrong neighbour) fail fast, saying that a rank waited for a
+    message that never came?"""
+    started = time.perf_counter()
+    complaint = fails("ring_allreduce_p2p", variant("ring_allreduce_p2p", 1, "(rank - 1) % N"))
+    assert "never came" in complaint, complaint
+    assert time.perf_counter() - started < 3 * collectives.PG_TIMEOUT_S
+
+
+def test_a_broken_chunk_bounds_does_not_cost_the_exercises_that_use_it():
+    """With a wrong chunk_bounds in the notebook, do ring_allreduce_uneven and
+    ring_reduce_scatter still pass (their tests use a correct one)?"""
+    for name in ("ring_allreduce_uneven", "ring_reduce_scatter"):
+        fn = reference.reference(name)
+        globs = dict(fn.__globals__, chunk_bounds=lambda length, n: [(0, length)] * n)
+        broken = type(fn)(fn.__code__, globs, fn.__name__, fn.__defaults__)
+        assert fails(name, broken) == ""
+
+
+# ---------------------------------------------------------------- the notebook's own checks
+
+
+def test_ring_allreduce_refuses_a_length_it_would_truncate():
+    """Does the first ring raise ValueError for a length that is not a multiple of N, instead
+    of silently dropping the remainder as the seed's code does?"""
+    ring = reference.reference("ring_allreduce")
+    with pytest.raises(ValueError, match="not a multiple"):
+        ring([[1, 2, 3], [4, 5, 6]], op="sum")
+
+
+def test_visible_checks_pass_on_the_reference(monkeypatch, capsys):
+    """Run top to bottom (graded cells left out), does every check cell of the solved notebook
+    pass and print its ✓?"""
+    from autograder import source
+    from distlab import plots
+
+    monkeypatch.setattr(plots.plt, "show", lambda *a, **k: plots.plt.close("all"))
+    namespace = {"__name__": "__main__"}
+    nb = source.load(ASSIGNMENT)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and not cell.metadata["nbgrader"].get("grade"):
+            exec(compile(cell.source, f"<{cell.id}>", "exec"), namespace)
+    out = capsys.readouterr().out
+    checks = [c for c in nb.cells if c.cell_type == "code" and "✓" in c.source]
+    assert out.count("✓") == len(checks) >= 9
+    assert "every rank: [0.0, 3.0, 6.0, 9.0, 12.0]" in out
+    assert "rank 0 -> 1 | isend" in out  # the trace demo traced
+
+
+# ---------------------------------------------------------------- the pictures
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_ring_picture_ends_with_the_sum_everywhere(n):
+    """Do the ring picture's states end with every GPU holding the full sum, for uneven lengths
+    too, with every copy counting all N contributions?"""
+    from distlab import plots
+
+    grads = np.random.default_rng(n).integers(0, 9, size=(n, 2 * n + 1)).tolist()
+    states = plots.ring_states(grads)
+    assert len(states) == 2 * (n - 1) + 1
+    for row in states[-1].values:
+        assert np.allclose([v for chunk in row for v in chunk], np.sum(grads, axis=0))
+    assert (states[-1].counts == n).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for state in states:
+            plots.draw_ring_state(state, n)
+            plots.plt.close("all")
+
+
+def test_tree_picture_levels_match_the_step_count(monkeypatch):
+    """Does the tree picture put rank i at step floor(log2(i+1)), the last step being the
+    broadcast's step count?"""
+    from distlab import plots
+
+    broadcast = reference.reference("tree_broadcast")
+    for n in range(1, 40):
+        assert max(plots.tree_levels(n)) == broadcast([1], n)[1]
+    monkeypatch.setattr(plots.plt, "show", lambda *a, **k: plots.plt.close("all"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plots.show_tree(10)
+        plots.show_ring([[1, 2], [3, 4]], step=1)
