@@ -41,7 +41,10 @@ c.CourseDirectory.submitted_directory = os.path.join(GRADING, "submitted")
 c.CourseDirectory.autograded_directory = os.path.join(GRADING, "autograded")
 c.CourseDirectory.feedback_directory = os.path.join(GRADING, "feedback")
 c.CourseDirectory.solution_directory = os.path.join(GRADING, "solution")
-c.CourseDirectory.db_url = "sqlite:///" + os.path.join(GRADING, "gradebook.db")
+# Any SQLAlchemy URL works (PostgreSQL for big classes): DISTLAB_DB_URL or edit this line.
+# SQLite waits up to 60 s for a lock: `make grade` writes from several graders at once.
+c.CourseDirectory.db_url = os.environ.get(
+    "DISTLAB_DB_URL", "sqlite:///" + os.path.join(GRADING, "gradebook.db") + "?timeout=60")
 
 # nbgrader's own list, with ClearBlanks in place of ClearSolutions. Order matters:
 # ClearHiddenTests must come after ComputeChecksums and SaveCells, which must see the tests.
@@ -63,5 +66,12 @@ c.GenerateAssignment.preprocessors = [
 # Feedback shows points and what each graded cell printed, not the hidden tests.
 c.GenerateFeedback.preprocessors = [GetGrades, HideTests, CSSHTMLHeaderPreprocessor]
 
-# A learner's notebook must not be able to stall grading forever.
-c.ExecutePreprocessor.timeout = 300
+# Autograding runs the learner's kernel in a sandbox and lets the judge, outside it, decide
+# every grade(fn) cell. Limits per cell and per submission (see autograder/judging.py):
+# c.GradingLimits.cell_seconds = 120
+# c.GradingLimits.notebook_seconds = 1800
+# c.GradingLimits.memory_bytes = 6 << 30
+if "autograde" in sys.argv:
+    from autograder import judging  # noqa: E402
+
+    judging.configure(c)

@@ -51,14 +51,11 @@ def runner_command(slot: int = 0) -> list[str]:
     return sandbox.wrap(argv, uid=sandbox.uid_for(slot), network=False)
 
 
-class Remote:
-    """Stands in for the learner's function; every call runs in one runner process."""
+class Runner:
+    """One `autograder.runner` process holding one definition of the submission's code."""
 
-    def __init__(self, cells: list[str], name: str, candidate: str | None = None,
-                 patch: dict | None = None, slot: int = 0):
-        self.__name__ = name
-        self._load = {"op": "load", "cells": cells, "function": name, "candidate": candidate,
-                      "patch": patch or {}}
+    def __init__(self, cells: list[str], candidate: str | None = None, slot: int = 0):
+        self._load = {"op": "load", "cells": cells, "candidate": candidate}
         self._slot = slot
         self._proc = None
 
@@ -67,9 +64,10 @@ class Remote:
             runner_command(self._slot), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
             env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}"})
-        self._ask(self._load)
+        self.ask(self._load)
 
-    def _ask(self, request: dict, timeout: float = CALL_TIMEOUT):
+    def ask(self, request: dict, timeout: float = CALL_TIMEOUT):
+        """Send one request; return the decoded value, or raise what the learner's code did."""
         if self._proc is None:
             self._start()
         proc = self._proc
@@ -103,23 +101,6 @@ class Remote:
             raise RuntimeError(f"unreadable result from the code under test ({err})") from None
         _raise(reply)
 
-    def __call__(self, *args, **kwargs):
-        return self._ask({"op": "call", "args": wire.encode(list(args)),
-                          "kwargs": wire.encode(kwargs)})
-
-    def on_ranks(self, harness, *args, **options):
-        """distlab.run(harness, <learner fn>, *args, **options), run in the runner."""
-        path = f"{harness.__module__}:{harness.__qualname__}"
-        timeout = options.get("timeout") or CALL_TIMEOUT
-        return self._ask({"op": "ranks", "harness": path, "args": wire.encode(list(args)),
-                          "options": options}, timeout=timeout + 15)
-
-    def patched(self, **names):
-        """A Remote whose notebook globals `names` are replaced by trusted functions."""
-        patch = {k: f"{v.__module__}:{v.__qualname__}" for k, v in names.items()}
-        return Remote(self._load["cells"], self.__name__, self._load["candidate"],
-                      {**self._load["patch"], **patch}, self._slot)
-
     def close(self):
         if self._proc is not None:
             try:
@@ -138,6 +119,35 @@ class Remote:
         self.close()
 
 
+class Remote:
+    """Stands in for the learner's function `name`; its calls run in `runner`."""
+
+    def __init__(self, runner: Runner, name: str, patch: dict | None = None, owner=False):
+        self.__name__ = name
+        self._runner, self._patch, self._owner = runner, patch or {}, owner
+
+    def __call__(self, *args, **kwargs):
+        return self._runner.ask({"op": "call", "function": self.__name__, "patch": self._patch,
+                                 "args": wire.encode(list(args)), "kwargs": wire.encode(kwargs)})
+
+    def on_ranks(self, harness, *args, **options):
+        """distlab.run(harness, <learner fn>, *args, **options), run in the runner."""
+        timeout = options.get("timeout") or CALL_TIMEOUT
+        return self._runner.ask({
+            "op": "ranks", "function": self.__name__, "patch": self._patch,
+            "harness": f"{harness.__module__}:{harness.__qualname__}",
+            "args": wire.encode(list(args)), "options": options}, timeout=timeout + 15)
+
+    def patched(self, **names):
+        """This function with notebook globals `names` replaced by trusted functions."""
+        patch = {k: f"{v.__module__}:{v.__qualname__}" for k, v in names.items()}
+        return Remote(self._runner, self.__name__, {**self._patch, **patch}, self._owner)
+
+    def close(self):
+        if self._owner:
+            self._runner.close()
+
+
 def function_source(cells: list[str], name: str) -> str:
     """The source of the last top-level `def name` in the cells (the one a kernel would use)."""
     found = ""
@@ -153,13 +163,29 @@ def function_source(cells: list[str], name: str) -> str:
     return found
 
 
-def verdict(cells: list[str], name: str, student: str, points: float | None = None,
-            slot: int = 0) -> tuple[float, float, list[str]]:
-    """(earned, possible, report) for function `name` of a submission whose code cells are
-    `cells`, every call of the learner's code made in a sandboxed runner."""
+def verdicts(cells: list[str], graded: list[tuple[str, float | None]], student: str,
+             slot: int = 0) -> list[tuple[float, float, list[str]]]:
+    """(earned, possible, report) for each (function, points) of a submission whose code
+    cells are `cells`. The submitted functions all run in one runner; each candidate of the
+    wrong-blank search (the learner's code with some reference answers in it) in a fresh one.
+    """
     from autograder.grade_cell import assess
 
-    def make(candidate: str | None):
-        return Remote(cells, name, candidate, slot=slot)
+    shared = Runner(cells, slot=slot)
+    try:
+        results = []
+        for name, points in graded:
+            def make(candidate: str | None, name=name):
+                if candidate is None:
+                    return Remote(shared, name)
+                return Remote(Runner(cells, candidate, slot), name, owner=True)
 
-    return assess(name, function_source(cells, name), make, points, student)
+            try:
+                results.append(assess(name, function_source(cells, name), make, points,
+                                      student))
+            except Exception as err:  # noqa: BLE001 - one broken exercise must not sink the rest
+                results.append((0.0, float(points or 0), [f"✗ {name}: could not be graded "
+                                                          f"({type(err).__name__})"]))
+        return results
+    finally:
+        shared.close()

@@ -69,21 +69,26 @@ def answer(request: dict, state: dict):
         state["ns"] = define(request["cells"])
         if request.get("candidate"):
             exec(compile(request["candidate"], "<candidate>", "exec"), state["ns"])
-        for name, path in request.get("patch", {}).items():
-            state["ns"][name] = _resolve(path)
-        state["fn"] = state["ns"].get(request["function"])
-        if state["fn"] is None:
-            raise NameError(f"name {request['function']!r} is not defined")
         return None
-    fn = state["fn"]
-    if op == "call":
-        return fn(*wire.decode(request["args"]), **wire.decode(request["kwargs"]))
-    if op == "ranks":
-        import distlab
+    namespace = state["ns"]
+    name = request["function"]
+    if name not in namespace:
+        raise NameError(f"name {name!r} is not defined")
+    # trusted stand-ins for some globals (a correct helper), for this request only
+    saved = {key: namespace.get(key) for key in request.get("patch", {})}
+    namespace.update({key: _resolve(path) for key, path in request.get("patch", {}).items()})
+    try:
+        fn = namespace[name]
+        if op == "call":
+            return fn(*wire.decode(request["args"]), **wire.decode(request["kwargs"]))
+        if op == "ranks":
+            import distlab
 
-        harness = _resolve(request["harness"])
-        return distlab.run(harness, fn, *wire.decode(request["args"]), **request["options"])
-    raise ValueError(f"unknown request {op!r}")
+            harness = _resolve(request["harness"])
+            return distlab.run(harness, fn, *wire.decode(request["args"]), **request["options"])
+        raise ValueError(f"unknown request {op!r}")
+    finally:
+        namespace.update(saved)
 
 
 def main() -> None:

@@ -105,7 +105,8 @@ def _closed(path: str) -> bool:
 
 def wrap(argv: list[str], *, uid: int, limits: Limits = Limits(), network: bool = False,
          writable: list[str] = (), hidden: list[str] | None = None, env: dict | None = None,
-         readable: list[str] = (), copy_in: list[str] = ()) -> list[str]:
+         readable: list[str] = (), copy_in: list[str] = (), readable_cwd: bool = False
+         ) -> list[str]:
     """The command line that runs argv sandboxed.
 
     writable: folders bound read-write. hidden: folders shown empty (default: default_hidden()).
@@ -115,6 +116,8 @@ def wrap(argv: list[str], *, uid: int, limits: Limits = Limits(), network: bool 
     inside a hidden one is all there is to see in it (say the one submission being graded).
     copy_in: files (say a kernel's connection file, in root's private runtime dir) copied into
     the sandbox's /tmp, readable by uid; an argv item equal to such a path becomes the copy's.
+    readable_cwd: also show the working directory the command starts in, read-only (a kernel
+    that nbgrader starts in the one submission it grades, inside the hidden grading folder).
     """
     if not isinstance(uid, int) or isinstance(uid, bool) or uid <= 0:
         raise ValueError(f"uid must be a positive int (never root), not {uid!r}")
@@ -127,7 +130,7 @@ def wrap(argv: list[str], *, uid: int, limits: Limits = Limits(), network: bool 
     if files := [p for p in hidden if os.path.exists(p) and not os.path.isdir(p)]:
         raise ValueError(f"hidden must be folders (hide the folder around a file): {files}")
     config = {"uid": uid, "limits": asdict(limits), "network": network, "writable": writable,
-              "readable": readable, "hidden": hidden,
+              "readable": readable, "hidden": hidden, "readable_cwd": readable_cwd,
               "env": default_env() if env is None else dict(env)}
     spaces = ["--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
     return [shutil.which("unshare") or "unshare", *spaces, *([] if network else ["--net"]),
@@ -140,14 +143,15 @@ def kernelspec(dir, *, uid: int, limits: Limits = Limits(), writable: list[str] 
                readable: list[str] = ()) -> Path:
     """Write dir/kernels/distlab-sandbox/kernel.json, an ipykernel inside wrap(); put dir on
     JUPYTER_PATH to use it. The kernel shares the host's network: it talks ZMQ over 127.0.0.1
-    to its client outside. The kernel's cwd (nbclient: the notebook's folder) must be visible
-    inside: not under /tmp or a hidden folder, unless it is in `writable`."""
+    to its client outside. The kernel's cwd (nbclient: the notebook's folder) is shown
+    read-only, even inside a hidden folder, so it can grade one submission of the hidden
+    grading folder without seeing the others."""
     # ipykernel quits when its parent is not JPY_PARENT_PID, and prints a Ctrl-C banner to
     # stderr when that is unset; its parent inside is PID 1 of the namespace, so say 1.
     env = {**(default_env() if env is None else env), "JPY_PARENT_PID": "1"}
     argv = wrap([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                 uid=uid, limits=limits, network=True, writable=writable, hidden=hidden, env=env,
-                readable=readable, copy_in=["{connection_file}"])
+                readable=readable, copy_in=["{connection_file}"], readable_cwd=True)
     folder = Path(dir) / "kernels" / KERNEL_NAME
     folder.mkdir(parents=True, exist_ok=True)
     spec = {"argv": argv, "display_name": "Python 3 (sandboxed)", "language": "python",
@@ -243,6 +247,8 @@ def _enter(config: dict, copy_in: list[str], argv: list[str], rlimit_as: bool) -
         _loopback_up()
     # Opened before any mount: a hidden folder may soon cover them (bound via /proc/self/fd).
     shown = {path: (os.open(path, os.O_PATH), MS_RDONLY) for path in config["readable"]}
+    if config.get("readable_cwd") and cwd not in shown:
+        shown[cwd] = (os.open(cwd, os.O_PATH), MS_RDONLY)
     shown.update({path: (os.open(path, os.O_PATH), 0) for path in config["writable"]})
     copies = {}
     for path in copy_in:

@@ -218,7 +218,7 @@ def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong
         lines[row] = lines[row].replace(blank.answer, wrong, 1)
         return "\n".join(lines)
 
-    earned, possible, report = judge.verdict(solved_cells(edit), name, student="test")
+    [(earned, possible, report)] = judge.verdicts(solved_cells(edit), [(name, None)], "test")
     assert earned == possible - 1, report
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 

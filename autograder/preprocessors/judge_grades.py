@@ -32,16 +32,19 @@ class JudgeGrades(NbGraderPreprocessor):
             return nb, resources
         student = resources.get("nbgrader", {}).get("student", "")
         code = [c.source for c in nb.cells if c.cell_type == "code" and not utils.is_grade(c)]
+        graded = []
         for cell in nb.cells:
             match = GRADE_CALL.search(cell.source) if cell.cell_type == "code" else None
-            if not (utils.is_grade(cell) and match):
-                continue
-            name, points = match[1], float(match[2]) if match[2] else None
-            try:
-                earned, possible, report = judge.verdict(code, name, student, points, self.slot)
-            except Exception as err:  # noqa: BLE001 - one broken exercise must not stop the rest
-                self.log.error("judging %s failed: %s", name, err)
-                earned, possible, report = 0.0, 0.0, [f"✗ {name}: could not be graded ({err})"]
+            if utils.is_grade(cell) and match:
+                graded.append((cell, match[1], float(match[2]) if match[2] else None))
+        try:
+            verdicts = judge.verdicts(code, [(name, points) for _, name, points in graded],
+                                      student, self.slot)
+        except Exception as err:  # noqa: BLE001 - the notebook still gets a (zero) grade
+            self.log.error("judging failed: %s", err)
+            verdicts = [(0.0, 0.0, [f"✗ {name}: could not be graded ({err})"])
+                        for _, name, _ in graded]
+        for (cell, name, _), (earned, possible, report) in zip(graded, verdicts, strict=True):
             cell.outputs = [
                 new_output("stream", name="stdout",
                            text=report_text(name, earned, possible, report)),
