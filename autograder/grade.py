@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import html
 import os
 import sqlite3
@@ -49,6 +50,23 @@ class Outcome:
     ok: bool
     seconds: float
     problem: str = ""
+
+
+def release_if_changed(ids: list[str]) -> None:
+    """Fill the gradebook from a release of each assignment, unless its source is unchanged
+    since the last one (the gradebook learns cells, checksums and hidden tests from it)."""
+    for assignment in ids:
+        stamp = GRADING / "release" / assignment / ".source-sha256"
+        digest = hashlib.sha256(source.source_path(assignment).read_bytes()).hexdigest()
+        if stamp.exists() and stamp.read_text() == digest and Path(db_path()).exists():
+            continue
+        release.release([assignment], release_dir=GRADING / "release")
+        stamp.write_text(digest)
+
+
+def db_path() -> str:
+    url = db_url()
+    return url.removeprefix("sqlite:///").split("?")[0] if url.startswith("sqlite:///") else ""
 
 
 def submissions(ids: list[str], submitted: Path = SUBMITTED) -> list[tuple[str, str]]:
@@ -137,12 +155,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds one submission may take before it is stopped")
     args = parser.parse_args(argv)
     ids = args.ids or source.assignment_ids()
-    # The gradebook learns each assignment's cells, checksums and hidden tests from a release.
-    release.release(ids, release_dir=GRADING / "release")
+    release_if_changed(ids)
     url = db_url()
-    if url.startswith("sqlite:///"):
+    if db_path():
         # WAL: a grader reading the gradebook never blocks another one saving its grades
-        with sqlite3.connect(url.removeprefix("sqlite:///").split("?")[0]) as db:
+        with sqlite3.connect(db_path()) as db:
             db.execute("PRAGMA journal_mode=WAL")
     todo = submissions(ids)
     if not todo:

@@ -2,7 +2,8 @@
 
 import importlib
 
-for name in ("bench.bench_launch", "bench.bench_ring", "bench.bench_notebooks"):
+for name in ("bench.bench_launch", "bench.bench_ring", "bench.bench_notebooks",
+             "bench.bench_grading"):
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as err:

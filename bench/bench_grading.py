@@ -1,0 +1,88 @@
+"""Grading throughput: `make grade` (parallel) vs serial `nbgrader autograde`, on the same
+submissions in the same run; and one submission's grading overhead vs running its notebook.
+
+    python -m bench.bench_grading [--students 4]
+
+Baselines, measured here: nbgrader's own serial `autograde` of every student (same config,
+judge and sandbox included), and nbclient executing the same notebook with no grading at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from autograder import source
+from bench import table
+
+ASSIGNMENT = "01_collectives"
+
+
+def _submit(grading: Path, students: int) -> None:
+    solved = source.load(ASSIGNMENT)
+    for k in range(students):
+        folder = grading / "submitted" / f"student{k:02d}" / ASSIGNMENT
+        folder.mkdir(parents=True, exist_ok=True)
+        nbformat.write(solved, folder / f"{ASSIGNMENT}.ipynb")
+
+
+def _env(grading: Path) -> dict:
+    bindir = str(Path(sys.executable).parent)
+    return dict(os.environ, DISTLAB_GRADING_DIR=str(grading),
+                PATH=bindir + os.pathsep + os.environ["PATH"])
+
+
+def _timed(command: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, cwd=source.ROOT, env=env, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main(students: int = 4) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="distlab-bench-") as tmp:
+        grading = Path(tmp)
+        _submit(grading, students)
+        env = _env(grading)
+        # release once, outside the timings (make grade then finds it up to date)
+        subprocess.run([sys.executable, "-c", "from autograder import grade; "
+                        f"grade.release_if_changed([{ASSIGNMENT!r}])"], cwd=source.ROOT,
+                       env=env, check=True, capture_output=True)
+        serial = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force"],
+                        env)
+        serial += _timed([sys.executable, "-m", "nbgrader", "generate_feedback", ASSIGNMENT,
+                          "--force"], env)
+        parallel = _timed([sys.executable, "-m", "autograder.grade", ASSIGNMENT], env)
+        one = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT,
+                      "--student", "student00", "--force"], env)
+    start = time.perf_counter()
+    NotebookClient(source.load(ASSIGNMENT), kernel_name="python3", timeout=600).execute()
+    plain = time.perf_counter() - start
+    per_minute = 60 * students
+    rows = [
+        {"what": f"baseline: nbgrader autograde + feedback, serial ({students} submissions)",
+         "seconds": f"{serial:.1f}", "submissions/min": f"{per_minute / serial:.1f}",
+         "ratio": "1.00x"},
+        {"what": f"make grade ({os.cpu_count()} at a time, + feedback + CSV)",
+         "seconds": f"{parallel:.1f}", "submissions/min": f"{per_minute / parallel:.1f}",
+         "ratio": f"{serial / parallel:.2f}x faster"},
+        {"what": "baseline: one notebook run by nbclient (no grading)",
+         "seconds": f"{plain:.1f}", "submissions/min": "", "ratio": "1.00x"},
+        {"what": "one submission: nbgrader autograde (sandbox + judge)",
+         "seconds": f"{one:.1f}", "submissions/min": "", "ratio": f"{one / plain:.2f}x slower"},
+    ]
+    table("Grading throughput and overhead", rows)
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=int, default=4)
+    main(parser.parse_args().students)
