@@ -7,23 +7,11 @@ notebook's references never launches ranks or draws plots.
 
 from __future__ import annotations
 
-import ast
 import functools
 import types
 
 from autograder import source
-
-KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
-
-
-def _definitions(code: str) -> str:
-    tree = ast.parse(code)
-    tree.body = [
-        node for node in tree.body
-        if isinstance(node, KEEP)
-        or (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant))
-    ]
-    return ast.unparse(tree)
+from autograder.definitions import definitions
 
 
 @functools.cache
@@ -34,7 +22,7 @@ def module(assignment: str) -> types.ModuleType:
     for cell in source.load(assignment).cells:
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type == "code" and not meta.get("grade"):
-            exec(compile(_definitions(cell.source), f"<{assignment}>", "exec"), mod.__dict__)
+            exec(compile(definitions(cell.source), f"<{assignment}>", "exec"), mod.__dict__)
     return mod
 
 

@@ -9,7 +9,6 @@ change the values it sends back, so it can only cost the learner points.
 
 from __future__ import annotations
 
-import ast
 import builtins
 import importlib
 import linecache
@@ -18,28 +17,7 @@ import sys
 import warnings
 
 from autograder import wire
-
-KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)
-
-
-def definitions(code: str) -> ast.Module | None:
-    """The top-level imports, functions, classes and constants of a cell (None: unparsable).
-
-    Other statements (checks, plots, launches, and any patching a learner put at top level)
-    are left out: the graded function sees what the notebook defines, nothing it ran.
-    """
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        try:
-            from IPython.core.inputtransformer2 import TransformerManager
-
-            tree = ast.parse(TransformerManager().transform_cell(code))
-        except Exception:  # noqa: BLE001 - a cell the kernel could not run either
-            return None
-    tree.body = [node for node in tree.body if isinstance(node, KEEP) or (
-        isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant))]
-    return tree
+from autograder.definitions import definitions
 
 
 def define(cells: list[str]) -> dict:
