@@ -4,6 +4,7 @@
 PYTHON ?= python3
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?=
+LAB_ARGS ?=
 VENV := .venv
 BIN := $(VENV)/bin
 # nbgrader starts alembic as a program: the venv's bin/ must be on PATH
@@ -21,9 +22,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# The learner's JupyterLab, configured by lab-config/ (on JUPYTER_CONFIG_PATH for this target
+# only): it opens notebooks/01_collectives, with nbgrader's Validate button and without its
+# instructor menus. LAB_ARGS adds options, e.g. `make lab LAB_ARGS="--no-browser --port=9999"`;
+# tests/test_lab.py starts the server this way.
 lab: setup
-	$(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=notebooks \
-		--LabApp.default_url=/lab/tree/01_collectives/01_collectives.ipynb
+	JUPYTER_CONFIG_PATH="$(CURDIR)/lab-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		$(BIN)/jupyter lab $(ROOT_FLAG) $(LAB_ARGS)
 
 test: setup
 	$(BIN)/python -m pytest

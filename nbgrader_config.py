@@ -9,6 +9,8 @@ grading/submitted/<student>/<id>/   what `make grade` grades; results go beside 
 import os
 import sys
 
+import zmq
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # so the course's own preprocessors import without installing
 
@@ -65,6 +67,16 @@ c.GenerateAssignment.preprocessors = [
 
 # Feedback shows points and what each graded cell printed, not the hidden tests.
 c.GenerateFeedback.preprocessors = [GetGrades, HideTests, CSSHTMLHeaderPreprocessor]
+
+# Validate (the learner's toolbar button, or `nbgrader validate`) reports every code cell that
+# fails: the learner notebook's graded cells hold no tests (they are hidden), so only the
+# visible checks can tell a learner that a blank is not filled or an answer is wrong.
+c.Validator.validate_all = True
+# Kernels that Validate starts encrypt their traffic where pyzmq can (CurveZMQ), which also
+# keeps ipykernel's "running over TCP without encryption" warning out of the learner's output.
+# (Autograding's sandboxed kernel is configured by judging.configure below.)
+if zmq.has("curve") and "autograde" not in sys.argv:
+    c.KernelManager.transport_encryption = "auto"
 
 # Autograding runs the learner's kernel in a sandbox and lets the judge, outside it, decide
 # every grade(fn) cell. Limits per cell and per submission (see autograder/judging.py):

@@ -17,6 +17,7 @@ text follows is the hint; it stays as a comment, numbered so feedback can name t
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -151,12 +152,19 @@ def has_marker(source: str) -> bool:
 
 
 def check_released(released: str, where: str) -> None:
-    """A released cell must still parse, `_____` and all; else a marker cut a line badly."""
+    """A released cell must still parse, `_____` and all (else a marker cut a line badly), and
+    never assign to `_____` (Python would make it a local name: UnboundLocalError, not the
+    clear "blank not filled")."""
     try:
-        compile(released, where, "exec")
+        tree = ast.parse(released, where)
     except SyntaxError as err:
         line = released.split("\n")[(err.lineno or 1) - 1].strip()
         raise MarkerError(
             f"{where}: after blanking, line {err.lineno} no longer parses: {line}\n"
             "Give the marker an explicit span: # BLANK `the part to blank`"
         ) from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == BLANK and isinstance(node.ctx, ast.Store):
+            line = released.split("\n")[node.lineno - 1].strip()
+            raise MarkerError(f"{where}: line {node.lineno} assigns to the blank: {line}\n"
+                              "Blank a part of the target (an index) or the value instead")

@@ -28,6 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 GRADING = Path(os.environ.get("DISTLAB_GRADING_DIR", ROOT / "grading"))
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+# what ipykernel reports (but its version): a notebook opened unchanged is not "modified"
+LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                 "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                 "pygments_lexer": "ipython3"}
 
 
 def assignment_ids(solutions: Path = SOLUTIONS) -> list[str]:
@@ -84,8 +88,7 @@ def load(assignment: str, solutions: Path = SOLUTIONS) -> nbformat.NotebookNode:
                                   'mark the cell with  # %% solution="<name>"')
             released, _ = blank_source(cell.source, where, first)
             check_released(released, f"{where}:{first}")
-    nb.metadata = {"kernelspec": dict(KERNELSPEC),
-                   "language_info": {"name": "python"}}
+    nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": dict(LANGUAGE_INFO)}
     return nb
 
 

@@ -96,3 +96,10 @@ def test_release_that_no_longer_parses_fails_with_advice():
     text, _ = blank_source("x = f(1,  # BLANK\n      2)")
     with pytest.raises(MarkerError, match="explicit span"):
         check_released(text, "f.py:3")
+
+
+def test_a_blank_assigned_to_is_refused():
+    """Is a blank as an assignment target refused (it would turn `_____` into a local)?"""
+    text, _ = blank_source("def f(b):\n    x[0] = b  # BLANK `x[0]`")
+    with pytest.raises(MarkerError, match="assigns to the blank"):
+        check_released(text, "f.py:1")

@@ -407,7 +407,7 @@ def alltoall(blocks):
         for r in range(N):
             dst = (r + k) % N  # BLANK k places to the right of r
             block = blocks[r][dst]  # BLANK which of rank r's blocks is meant for dst?
-            received[dst][r] = list(block)  # BLANK `received[dst][r]` where does dst file a block from r?
+            received[dst][r] = list(block)  # BLANK `dst` whose row files the block from r?
     return received
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import sys
 import tokenize
 
 BLANK = "_____"
@@ -25,7 +26,10 @@ class _Blank:
         return BLANK
 
     def _refuse(self, *args, **kwargs):
+        __tracebackhide__ = True  # IPython and pytest: the learner's frame is the one to show
+        where = _where_used(sys._getframe(1))
         raise BlankNotFilled(
+            f"{where}Replace each `_____` with your code, then re-run the cell." if where else
             "a blank `_____` is not filled yet: replace it with your code and re-run the cell"
         )
 
@@ -39,6 +43,21 @@ class _Blank:
 
 
 _____ = _Blank()
+
+
+def _where_used(frame) -> str:
+    """"f still has 2 blank line(s) to fill: ... \n" for the function that used `_____`."""
+    if frame.f_code.co_name == "<module>":
+        return ""
+    try:
+        source, first = inspect.getsourcelines(frame.f_code)
+    except (OSError, TypeError):
+        return ""
+    empty = unfilled_lines("".join(source))
+    if not empty:
+        return ""
+    lines = "\n".join(f"  line {first + row - 1}: {text}" for row, text in empty)
+    return f"{frame.f_code.co_name} still has {len(empty)} blank line(s) to fill:\n{lines}\n"
 
 
 def unfilled_lines(source: str) -> list[tuple[int, str]]:

@@ -1,0 +1,123 @@
+"""What a learner sees in a real browser after `make lab`: the notebook opens with its kernel
+(no kernel dialog), Run All shows a BlankNotFilled message, nbgrader's menus for instructors
+are absent, and the Validate button opens a dialog with the result.
+
+Needs Chromium and Playwright, which the course does not install (they are skipped without):
+    apt-get install -y chromium && .venv/bin/pip install playwright   (not `playwright install`)
+Run: .venv/bin/python -m pytest tests/e2e -q   (about 30 s); screenshots go to /tmp/lab-*.png
+"""
+
+import importlib.util
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lab_server import NOTEBOOK, ROOT, LabServer, unavailable  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+SHOTS = Path(os.environ.get("DISTLAB_SCREENSHOTS", "/tmp"))
+
+pytestmark = [
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"no {CHROMIUM} (apt-get install chromium) for the browser test"),
+    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
+                       reason="playwright is not installed (pip install playwright)"),
+    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
+]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """`make lab` on a copy of notebooks/: Validate saves the notebook, and Run All fills it
+    with outputs, which must not land in the repository."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    shutil.copytree(ROOT / "notebooks", tmp / "notebooks")
+    server = LabServer(tmp / "server", root_dir=tmp / "notebooks").wait_ready()
+    yield server
+    assert server.stop() == [], "processes left behind"
+
+
+@pytest.fixture(scope="module")
+def page(lab):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        page = context.new_page()
+        page.console_errors = []
+        page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
+        page.on("pageerror", lambda e: page.console_errors.append(str(e)))
+        try:
+            yield page
+        finally:
+            context.close()
+            browser.close()
+
+
+def _wait_idle(page, timeout_ms: int) -> None:
+    """Wait until the status bar says the notebook's kernel is idle."""
+    page.wait_for_function(
+        "() => /\\| Idle\\b/.test(document.querySelector('#jp-main-statusbar')?.innerText ?? '')",
+        timeout=timeout_ms)
+
+
+def test_notebook_opens_with_an_idle_kernel_and_no_dialog(lab, page):
+    """Does the notebook open at once on its own kernel (no 'Select Kernel' dialog) with its
+    blanks visible, and without nbgrader's instructor menus?"""
+    page.goto(f"{lab.url}/lab/tree/{NOTEBOOK}?token={lab.token}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+    _wait_idle(page, 60_000)
+    page.wait_for_timeout(1000)  # a kernel dialog would have shown by now
+    page.screenshot(path=str(SHOTS / "lab-1-opened.png"))
+    assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").inner_text()
+    assert "Python 3 (ipykernel)" in page.locator(".jp-NotebookPanel-toolbar").inner_text()
+    assert "_____" in page.locator(".jp-NotebookPanel .jp-Notebook").inner_text()
+    menus = page.locator("#jp-menu-panel .lm-MenuBar-itemLabel").all_inner_texts()
+    assert "Run" in menus and "Nbgrader" not in menus, menus
+    assert page.get_by_text("Create Assignment").count() == 0
+    assert page.get_by_text("Jupyter news").count() == 0  # no news prompt for learners
+    assert page.locator(".validate-button").count() == 1
+
+
+def test_run_all_shows_blank_not_filled(lab, page):
+    """Does Run > Run All Cells stop at the first check with a BlankNotFilled message, with no
+    warning in any output?"""
+    page.locator("#jp-menu-panel .lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
+    output = page.locator(".jp-OutputArea-output", has_text="BlankNotFilled").first
+    output.wait_for(timeout=120_000)
+    _wait_idle(page, 120_000)
+    page.wait_for_timeout(500)
+    output.scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(SHOTS / "lab-2-run-all.png"))
+    texts = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
+    assert "BlankNotFilled" in texts
+    assert not re.search(r"\b\w+Warning\b|\[Gloo\]|ProcessGroupGloo", texts), texts
+    assert page.locator(".jp-Dialog").count() == 0
+
+
+def test_validate_button_shows_the_result(lab, page):
+    """Does the Validate button save, validate and show a 'Validation Results' dialog that
+    lists the failing cells with BlankNotFilled?"""
+    page.locator(".validate-button").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=240_000)
+    page.locator("#validation-message").wait_for(timeout=10_000)
+    page.screenshot(path=str(SHOTS / "lab-3-validate.png"))
+    text = dialog.inner_text()
+    assert "Validation Results" in text, text
+    assert "The following cell failed" in text and "BlankNotFilled" in text, text[:2000]
+    assert not re.search(r"\b\w+Warning\b", text), text
+    page.locator(".jp-Dialog .jp-mod-accept").click()
+    dialog.wait_for(state="detached", timeout=10_000)
+    page.screenshot(path=str(SHOTS / "lab-4-after-validate.png"))
+    assert page.console_errors == [], page.console_errors
