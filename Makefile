@@ -19,7 +19,8 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@# setuptools warns on every editable install of a package at the top level: not news
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $@
 
 # The learner's JupyterLab, configured by lab-config/ (on JUPYTER_CONFIG_PATH for this target
