@@ -98,6 +98,11 @@ def default_env() -> dict:
     return {"PATH": path, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
 
 
+def _in_private(path: str) -> bool:
+    """Is path under /tmp or /dev/shm, which the sandbox replaces by empty ones of its own?"""
+    return any(path == top or path.startswith(top + "/") for top in ("/tmp", "/dev/shm"))
+
+
 def _closed(path: str) -> bool:
     """Is there a folder above path that other users may not enter (mode without o+x)?"""
     return any(not os.stat(parent).st_mode & 0o001 for parent in Path(path).parents)
@@ -125,7 +130,8 @@ def wrap(argv: list[str], *, uid: int, limits: Limits = Limits(), network: bool 
     if missing := [p for p in writable + readable if not os.path.isdir(p)]:
         raise ValueError(f"writable and readable folders must exist: {', '.join(missing)}")
     needed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, REPO)}
-    readable += sorted(p for p in needed if _closed(p) and p not in readable)
+    readable += sorted(p for p in needed
+                       if (_closed(p) or _in_private(p)) and p not in readable)
     hidden = [os.path.realpath(p) for p in (default_hidden() if hidden is None else hidden)]
     if files := [p for p in hidden if os.path.exists(p) and not os.path.isdir(p)]:
         raise ValueError(f"hidden must be folders (hide the folder around a file): {files}")
@@ -183,14 +189,31 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def _memory_cgroup(uid: int, limit: int) -> str | None:
-    """A v1 memory cgroup under our own, limited to `limit`; None where we cannot make one
-    (cgroup v2 allows no child next to our processes; then RLIMIT_AS stands in)."""
+def _cgroup_path(uid: int) -> str | None:
+    """Where the memory cgroup of a sandbox of `uid` started from here goes (cgroup v1)."""
     with open("/proc/self/cgroup") as f:
         paths = [ln.rstrip("\n").split(":", 2)[2] for ln in f if "memory" in ln.split(":")[1]]
     if not paths or not os.path.isdir(MEMORY_V1):
         return None
-    group = f"{MEMORY_V1}{paths[0].rstrip('/')}/{CGROUP_PREFIX}{uid}"
+    return f"{MEMORY_V1}{paths[0].rstrip('/')}/{CGROUP_PREFIX}{uid}"
+
+
+def remove_leftovers(uids) -> None:
+    """Remove the empty memory cgroups that killed sandboxes of these uids left (PID 1 had no
+    time to): call it when none of them runs any more, say at the end of a grading run."""
+    for uid in uids:
+        group = _cgroup_path(uid)
+        if group and os.path.isdir(group):
+            with contextlib.suppress(OSError):  # busy: a sandbox still runs there
+                os.rmdir(group)
+
+
+def _memory_cgroup(uid: int, limit: int) -> str | None:
+    """A v1 memory cgroup under our own, limited to `limit`; None where we cannot make one
+    (cgroup v2 allows no child next to our processes; then RLIMIT_AS stands in)."""
+    group = _cgroup_path(uid)
+    if group is None:
+        return None
     try:
         if os.path.isdir(group):
             os.rmdir(group)  # left by a sandbox that was killed; busy if one runs: fall back
@@ -254,14 +277,21 @@ def _enter(config: dict, copy_in: list[str], argv: list[str], rlimit_as: bool) -
     for path in copy_in:
         with open(path, "rb") as f:
             copies[path] = f.read()
+    covers = [path for path in config["hidden"] if os.path.isdir(path)]  # before /tmp is new
     _make_readonly()
     for place in ("/tmp", "/dev/shm"):
         size = limits["tmp_bytes"]
         _mount("tmpfs", place, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
-    covers = [path for path in config["hidden"] if os.path.isdir(path)]
-    for path in covers:
-        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,mode=755")
-    for path, (fd, readonly) in shown.items():
+    # Outer paths first: a repository shown from under /tmp, then solutions/ hidden inside it,
+    # then the one submission shown inside the hidden grading folder.
+    steps = sorted([(path, None) for path in covers] + list(shown.items()),
+                   key=lambda step: len(Path(step[0]).parts))
+    for path, how in steps:
+        if how is None:
+            os.makedirs(path, exist_ok=True)
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,mode=755")
+            continue
+        fd, readonly = how
         for parent in reversed(Path(path).parents):  # from / down
             if os.path.isdir(parent) and not os.stat(parent).st_mode & 0o001:
                 # A parent the uid may not enter (root's 700 home holding pyenv's Python):
