@@ -1,6 +1,7 @@
 """Grade every submission with nbgrader, in parallel (`make grade`).
 
     python -m autograder.grade [assignment ...] [--jobs N] [--timeout SECONDS]
+                               [--GradingLimits.NAME=VALUE ...]
 
 Submissions live in grading/submitted/<student>/<assignment>/<assignment>.ipynb (nbgrader's
 layout; `nbgrader collect` or `nbgrader zip_collect` put them there). Each one is graded by
@@ -8,6 +9,9 @@ its own `nbgrader autograde --student` and `nbgrader generate_feedback` (nbgrade
 is serial; these run N at a time, each with its own sandbox slot). Then one CSV per assignment
 is written to grading/grades/. Regrading is idempotent: the same submissions give the same
 grades, and nothing else in the gradebook is touched.
+
+`--GradingLimits.NAME=VALUE` flags (say `--GradingLimits.cell_seconds=30`) are passed on to
+every `nbgrader autograde`, where they override nbgrader_config.py's limits for this run.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import csv
 import hashlib
 import html
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -28,13 +33,14 @@ from pathlib import Path
 from nbgrader.api import Gradebook
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder import release, source
+from autograder import release, sandbox, source
 from autograder.nbgrader_cli import nbgrader
 
 GRADING = source.GRADING
 SUBMITTED = GRADING / "submitted"
 GRADES = GRADING / "grades"
 FEEDBACK = GRADING / "feedback"
+LIMIT_FLAG = re.compile(r"^--GradingLimits\.\w+=\S+$")
 
 
 def db_url() -> str:
@@ -78,20 +84,45 @@ def submissions(ids: list[str], submitted: Path = SUBMITTED) -> list[tuple[str, 
     )
 
 
+# `module.Name: message` or `NameError: message`, as the last line of a traceback says it
+EXCEPTION_LINE = re.compile(r"^\s*(?:(?:[a-z_]\w*\.)+([A-Z]\w*)|(\w*(?:Error|Exception|Interrupt)))"
+                            r": ?(.*)$")
+# what the exceptions nbgrader stops at mean for a learner
+MEANING = {
+    "NotJSONError": "the notebook file is not valid JSON (was it saved completely?)",
+    "NBFormatError": "the file is not a valid notebook",
+    "ValidationError": "the file is not a valid notebook",
+    "DeadKernelError": "the notebook's kernel died while it ran (a cell ended the process, or "
+                       "used more memory than the limit)",
+    "CellTimeoutError": "a cell did not finish within the time limit, or printed more than "
+                        "the grader accepts",
+}
+
+
 def _problem(output: str) -> str:
-    """The line of nbgrader's log that says why a submission could not be graded."""
-    lines = [line for line in output.splitlines() if "[ERROR]" in line or "Error" in line]
-    return (lines[-1] if lines else output.strip().splitlines()[-1:] or ["unknown"])[0][:300]
+    """Why nbgrader could not grade a submission, from its log: the last exception it reports
+    (what it means, or its type and message), never a traceback's file lines."""
+    found = [m for line in output.splitlines() if (m := EXCEPTION_LINE.match(line))]
+    if not found:
+        return "the grader failed on this notebook"
+    qualified, plain, message = found[-1].groups()
+    name = qualified or plain
+    if name in MEANING:
+        return f"{MEANING[name]} ({name})"
+    return f"{name}: {message}"[:300] if message else name
 
 
-def grade_one(student: str, assignment: str, slot: int, timeout: float) -> Outcome:
-    """Autograde and write feedback for one submission, in sandbox slot `slot`."""
+def grade_one(student: str, assignment: str, slot: int, timeout: float,
+              limits: list[str] = ()) -> Outcome:
+    """Autograde and write feedback for one submission, in sandbox slot `slot`; `limits`
+    (`--GradingLimits.NAME=VALUE` flags) go to the autograde."""
     start = time.perf_counter()
     env = {"DISTLAB_SLOT": str(slot)}
     for step in ("autograde", "generate_feedback"):
+        flags = list(limits) if step == "autograde" else []
         try:
-            result = nbgrader(step, assignment, "--student", student, "--force", check=False,
-                              env=env, timeout=timeout)
+            result = nbgrader(step, assignment, "--student", student, "--force", *flags,
+                              check=False, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
             return Outcome(student, assignment, False, time.perf_counter() - start,
                            f"grading took longer than {timeout:g} s and was stopped")
@@ -153,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="submissions graded at once (default: one per core)")
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds one submission may take before it is stopped")
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    limits = [flag for flag in unknown if LIMIT_FLAG.match(flag)]
+    if rest := [flag for flag in unknown if flag not in limits]:
+        parser.error(f"unrecognized arguments: {' '.join(rest)} (limits: "
+                     "--GradingLimits.NAME=VALUE)")
     ids = args.ids or source.assignment_ids()
     release_if_changed(ids)
     url = db_url()
@@ -174,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         def task(student, assignment):
             slot = free_slots.pop()
             try:
-                return grade_one(student, assignment, slot, args.timeout)
+                return grade_one(student, assignment, slot, args.timeout, limits)
             finally:
                 free_slots.append(slot)
 
@@ -185,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             if not outcome.ok:
                 failure_feedback(outcome)
             progress(len(outcomes), len(todo), outcome, started)
+    if sandbox.available():  # memory cgroups of sandboxes that were killed, not ended
+        sandbox.remove_leftovers(sandbox.uid_for(slot) for slot in range(args.jobs))
     for assignment in sorted({a for _, a in todo}):
         failed = {o.student: o.problem for o in outcomes if o.assignment == assignment and not o.ok}
         print(f"grades: {write_csv(assignment, failed, url)}")

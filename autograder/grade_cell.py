@@ -22,6 +22,7 @@ import numpy as np
 from autograder import diagnose, reference
 from autograder.exercises import test_for
 from autograder.markers import blank_source
+from distlab.blanks import unfilled_lines
 
 
 def seed_for(name: str, student: str | None = None) -> int:
@@ -91,7 +92,9 @@ def assess(name: str, learner_source: str, make, points: float | None = None,
     test = test_for(name)
     possible = float(points if points is not None else max(len(blanks), 1))
     seed = seed_for(name, student)
-    reason = _failure(test, make, None, seed)
+    # An unfilled blank earns nothing, even where the function returns before reaching it.
+    empty = unfilled_lines(learner_source)
+    reason = "a blank is not filled yet" if empty else _failure(test, make, None, seed)
     if reason is None:
         return possible, possible, [f"✓ {name}: every hidden test passed"]
 
@@ -99,7 +102,9 @@ def assess(name: str, learner_source: str, make, points: float | None = None,
     filled = diagnose.read_fills(learner_source, template, blanks)
     unfilled = filled.unfilled()
     wrong = None
-    if blanks and filled.aligned():
+    if blanks and filled.aligned() and unfilled == {b.number for b in blanks}:
+        wrong = unfilled  # nothing filled, nothing to search: no blank earns a point
+    elif blanks and filled.aligned():
         wrong = diagnose.wrong_blanks(
             filled, blanks, lambda source: _failure(test, make, source, seed) is None)
     report = [f"✗ {name}"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import math
 import os
 import select
 import signal
@@ -41,33 +42,52 @@ def _raise(reply: dict):
     raise RemoteError(f"{name}: {message}")
 
 
-def runner_command(slot: int = 0) -> list[str]:
-    """The runner's command line: sandboxed (private network too) where the sandbox works."""
+def runner_command(slot: int = 0, limits=None) -> list[str]:
+    """The runner's command line: sandboxed (private network too) where the sandbox works,
+    with `limits` (a sandbox.Limits; default: the sandbox's)."""
     from autograder import sandbox
 
     argv = [sys.executable, "-m", "autograder.runner"]
     if not sandbox.available():
         return argv
-    return sandbox.wrap(argv, uid=sandbox.uid_for(slot), network=False)
+    return sandbox.wrap(argv, uid=sandbox.uid_for(slot), network=False,
+                        limits=limits or sandbox.Limits())
 
 
 class Runner:
-    """One `autograder.runner` process holding one definition of the submission's code."""
+    """One `autograder.runner` process holding one definition of the submission's code.
 
-    def __init__(self, cells: list[str], candidate: str | None = None, slot: int = 0):
+    Each call may take `call_seconds`; all of them together must end by `deadline` (a
+    time.monotonic() value): after it every request fails at once, without starting anything.
+    """
+
+    def __init__(self, cells: list[str], candidate: str | None = None, slot: int = 0,
+                 limits=None, call_seconds: float = CALL_TIMEOUT, deadline: float = math.inf):
         self._load = {"op": "load", "cells": cells, "candidate": candidate}
-        self._slot = slot
+        self._slot, self._limits = slot, limits
+        self.call_seconds, self.deadline = call_seconds, deadline
         self._proc = None
 
     def _start(self):
+        command = (runner_command(self._slot) if self._limits is None
+                   else runner_command(self._slot, self._limits))
         self._proc = subprocess.Popen(
-            runner_command(self._slot), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
             env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}"})
         self.ask(self._load)
 
-    def ask(self, request: dict, timeout: float = CALL_TIMEOUT):
+    def ask(self, request: dict, timeout: float | None = None):
         """Send one request; return the decoded value, or raise what the learner's code did."""
+        timeout = self.call_seconds if timeout is None else timeout
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            self.close()
+            raise TimeoutError("the time for grading this function ran out")
+        if timeout >= left:
+            timeout, why = left, "the time for grading this function ran out"
+        else:
+            why = f"the function did not return within {timeout:g} s"
         if self._proc is None:
             self._start()
         proc = self._proc
@@ -83,7 +103,7 @@ class Runner:
             ready = select.select([proc.stdout], [], [], max(left, 0))[0] if left > 0 else []
             if not ready:
                 self.close()
-                raise TimeoutError(f"the function did not return within {timeout:g} s")
+                raise TimeoutError(why)
             chunk = os.read(proc.stdout.fileno(), 1 << 20)
             if not chunk:
                 self.close()
@@ -132,7 +152,7 @@ class Remote:
 
     def on_ranks(self, harness, *args, **options):
         """distlab.run(harness, <learner fn>, *args, **options), run in the runner."""
-        timeout = options.get("timeout") or CALL_TIMEOUT
+        timeout = options.get("timeout") or self._runner.call_seconds
         return self._runner.ask({
             "op": "ranks", "function": self.__name__, "patch": self._patch,
             "harness": f"{harness.__module__}:{harness.__qualname__}",
@@ -164,21 +184,27 @@ def function_source(cells: list[str], name: str) -> str:
 
 
 def verdicts(cells: list[str], graded: list[tuple[str, float | None]], student: str,
-             slot: int = 0) -> list[tuple[float, float, list[str]]]:
+             slot: int = 0, limits=None, call_seconds: float = CALL_TIMEOUT,
+             function_seconds: float = math.inf) -> list[tuple[float, float, list[str]]]:
     """(earned, possible, report) for each (function, points) of a submission whose code
     cells are `cells`. The submitted functions all run in one runner; each candidate of the
     wrong-blank search (the learner's code with some reference answers in it) in a fresh one.
+    Runners are sandboxed with `limits`; one call may take `call_seconds`, and one function's
+    hidden test and wrong-blank search together `function_seconds` (then it is not one blank).
     """
     from autograder.grade_cell import assess
 
-    shared = Runner(cells, slot=slot)
+    shared = Runner(cells, slot=slot, limits=limits, call_seconds=call_seconds)
     try:
         results = []
         for name, points in graded:
-            def make(candidate: str | None, name=name):
+            shared.deadline = deadline = time.monotonic() + function_seconds
+
+            def make(candidate: str | None, name=name, deadline=deadline):
                 if candidate is None:
                     return Remote(shared, name)
-                return Remote(Runner(cells, candidate, slot), name, owner=True)
+                return Remote(Runner(cells, candidate, slot, limits, call_seconds, deadline),
+                              name, owner=True)
 
             try:
                 results.append(assess(name, function_source(cells, name), make, points,

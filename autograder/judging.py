@@ -31,6 +31,10 @@ class GradingLimits(Configurable):
     processes = Int(256, help="Processes alive at once (ranks count)").tag(config=True)
     file_bytes = Int(64 << 20, help="Largest file one process may write").tag(config=True)
     tmp_bytes = Int(512 << 20, help="Size of the private /tmp").tag(config=True)
+    call_seconds = Float(60, help="Wall time of one call of a learner's function by the judge"
+                         ).tag(config=True)
+    function_seconds = Float(300, help="Wall time the judge gives one graded function: its "
+                             "hidden test and the search for the wrong blank").tag(config=True)
 
     def sandbox_limits(self) -> sandbox.Limits:
         return sandbox.Limits(wall_seconds=self.notebook_seconds, cpu_seconds=self.cpu_seconds,
@@ -66,23 +70,39 @@ def configure(c) -> None:
     from nbgrader.preprocessors import (
         AssignLatePenalties,
         CheckCellMetadata,
-        Execute,
+        ClearOutput,
         IgnorePattern,
         LimitOutput,
+        OverwriteCells,
+        OverwriteKernelspec,
         SaveAutoGrades,
     )
+    from traitlets.config.loader import KVArgParseConfigLoader
 
-    from autograder.preprocessors import JudgeGrades
+    from autograder.preprocessors import CappedExecute, DropDuplicateIds, JudgeGrades
 
+    # `--GradingLimits.NAME=VALUE` on nbgrader's command line (make grade passes them on): this
+    # file's `c` does not see the command line, and the kernelspec is written from it here.
+    flags = [arg for arg in sys.argv[1:] if arg.startswith("--GradingLimits.")]
+    if flags:
+        c.merge(KVArgParseConfigLoader(argv=flags).load_config())
     limits = GradingLimits(config=c)
     c.Execute.kernel_name = install_kernel(limits, slot())
     c.Execute.timeout = limits.cell_seconds
     c.Execute.startup_timeout = 120
     c.JudgeGrades.slot = slot()
-    # nbgrader's own list with the judge right after Execute: the trusted verdict replaces
+    # nbgrader's own lists. A copied cell is an ordinary cell, not a broken notebook:
+    c.Autograde.sanitize_preprocessors = [
+        ClearOutput,
+        DropDuplicateIds,
+        OverwriteKernelspec,
+        OverwriteCells,
+        CheckCellMetadata,
+    ]
+    # Execute keeping a bounded amount of output, then the judge: the trusted verdict replaces
     # whatever graded cells showed before anything reads their outputs.
     c.Autograde.autograde_preprocessors = [
-        Execute,
+        CappedExecute,
         JudgeGrades,
         IgnorePattern,
         ClearMetadataPreprocessor,

@@ -1,7 +1,9 @@
 """nbgrader preprocessors of this course, one per file, composed in nbgrader_config.py."""
 
+from autograder.preprocessors.capped_execute import CappedExecute
 from autograder.preprocessors.clear_blanks import ClearBlanks
+from autograder.preprocessors.drop_duplicate_ids import DropDuplicateIds
 from autograder.preprocessors.hide_tests import HideTests
 from autograder.preprocessors.judge_grades import JudgeGrades
 
-__all__ = ["ClearBlanks", "HideTests", "JudgeGrades"]
+__all__ = ["CappedExecute", "ClearBlanks", "DropDuplicateIds", "HideTests", "JudgeGrades"]

@@ -2,17 +2,29 @@
 
 from nbgrader import utils
 from nbgrader.preprocessors import ClearHiddenTests
+from traitlets import Bool
 
 
 class HideTests(ClearHiddenTests):
     """Remove hidden-test source from graded cells and reduce their errors to one line.
 
     A traceback from a graded cell would quote the hidden test's lines, so an error output
-    keeps only its type and message.
+    keeps only its type and message. A learner's own cell may hold the markers too (a copied
+    graded cell, or on purpose): its region is cut like any other, and a BEGIN without its END
+    cuts the rest of the cell, where nbgrader would stop and leave the learner no feedback.
     """
 
+    enforce_metadata = Bool(False, help="Fail on hidden tests outside graded cells"
+                            ).tag(config=True)
+
     def preprocess_cell(self, cell, resources, cell_index):
-        cell, resources = super().preprocess_cell(cell, resources, cell_index)
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, cell_index)
+        except RuntimeError:  # unbalanced markers
+            lines = cell.source.split("\n")
+            start = next((i for i, line in enumerate(lines)
+                          if self.begin_test_delimeter in line), len(lines))
+            cell.source = "\n".join(lines[:start])
         if cell.cell_type == "code" and utils.is_grade(cell):
             for output in cell.get("outputs", []):
                 if output.get("output_type") == "error":

@@ -37,9 +37,13 @@ class JudgeGrades(NbGraderPreprocessor):
             match = GRADE_CALL.search(cell.source) if cell.cell_type == "code" else None
             if utils.is_grade(cell) and match:
                 graded.append((cell, match[1], float(match[2]) if match[2] else None))
+        from autograder.judging import GradingLimits
+
+        limits = GradingLimits(parent=self)  # the submission's limits hold for the judge too
         try:
             verdicts = judge.verdicts(code, [(name, points) for _, name, points in graded],
-                                      student, self.slot)
+                                      student, self.slot, limits.sandbox_limits(),
+                                      limits.call_seconds, limits.function_seconds)
         except Exception as err:  # noqa: BLE001 - the notebook still gets a (zero) grade
             self.log.error("judging failed: %s", err)
             verdicts = [(0.0, 0.0, [f"✗ {name}: could not be graded ({err})"])

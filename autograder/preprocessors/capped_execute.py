@@ -1,0 +1,110 @@
+"""CappedExecute: nbgrader's Execute for a kernel that runs untrusted code.
+
+nbgrader's LimitOutput counts lines, after the whole notebook ran: one 100 MB line, or a cell
+that prints as fast as it can until its time limit, would first fill this (trusted, unlimited)
+process's memory, then the autograded notebook and the feedback page. Here output is counted
+in characters as it arrives, per cell and per notebook; past the cap it is dropped and one
+line says so. A message larger than MAX_MESSAGE is not even received from the kernel.
+"""
+
+from __future__ import annotations
+
+import zmq
+from jupyter_core.utils import run_sync
+from nbformat.v4 import new_output, output_from_msg
+from nbgrader.preprocessors import Execute
+from traitlets import Int
+
+MAX_MESSAGE = 64 << 20  # a message from the kernel larger than this is refused
+NOTICE = ("\n... output cut here: the grader keeps {} characters of a cell (fewer once the "
+          "notebook has printed a lot)\n")
+
+
+def _size(content) -> int:
+    """About how many characters a message's content holds."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, dict):
+        return sum(_size(v) for v in content.values())
+    if isinstance(content, list | tuple):
+        return sum(_size(v) for v in content)
+    return 8
+
+
+def _cut(output, room: int):
+    """The output shortened to about `room` characters (an error keeps its type)."""
+    if output.output_type == "stream":
+        output.text = output.text[:room]
+    elif output.output_type == "error":
+        output.evalue = str(output.get("evalue", ""))[:room]
+        output.traceback = [line[:room] for line in output.get("traceback", [])[:3]]
+    else:  # an image or other rich output is dropped whole
+        return None
+    return output
+
+
+class CappedExecute(Execute):
+    """Execute, keeping at most `cell_chars` characters of output per cell and `notebook_chars`
+    per notebook."""
+
+    cell_chars = Int(1 << 20, help="Output characters kept per cell").tag(config=True)
+    notebook_chars = Int(8 << 20, help="Output characters kept per notebook").tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._notebook_used, self._cell_used, self._cut_cells = 0, {}, set()
+        return super().preprocess(nb, resources, km)
+
+    async def async_start_new_kernel_client(self):
+        # The client's sockets queue only a few messages and refuse one larger than
+        # MAX_MESSAGE: however much and however fast the kernel sends, what waits here to be
+        # read stays small (the kernel's own queue is in its sandbox). A refused message ends
+        # that connection for good (ZMQ treats it as a protocol error): the kernel's later
+        # output is lost, and nbgrader fails the notebook when a cell's output never ends.
+        client = self.km.client
+
+        def capped_client(**kwargs):
+            kc = client(**kwargs)
+            kc.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+            kc.context.setsockopt(zmq.RCVHWM, 4)
+            return kc
+
+        self.km.client = capped_client
+        try:
+            return await super().async_start_new_kernel_client()
+        finally:
+            del self.km.client
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    def _room(self, cell_index: int) -> int:
+        return min(self.cell_chars - self._cell_used.get(cell_index, 0),
+                   self.notebook_chars - self._notebook_used)
+
+    def _spend(self, cell_index: int, size: int) -> None:
+        self._cell_used[cell_index] = self._cell_used.get(cell_index, 0) + size
+        self._notebook_used += size
+
+    def output(self, outs, msg, display_id, cell_index):
+        size = _size(msg.get("content", {}))
+        room = self._room(cell_index)
+        if size <= room:
+            self._spend(cell_index, size)
+            return super().output(outs, msg, display_id, cell_index)
+        if cell_index not in self._cut_cells:  # the first output past the cap: its start, a note
+            self._cut_cells.add(cell_index)
+            try:
+                out = _cut(output_from_msg(msg), max(room, 0))
+            except ValueError:
+                out = None
+            outs.extend([out] if out is not None else [])
+            outs.append(new_output("stream", name="stdout", text=NOTICE.format(self.cell_chars)))
+            self._spend(cell_index, max(room, 0))
+        return None
+
+    def on_cell_executed(self, **kwargs):
+        super().on_cell_executed(**kwargs)
+        # the reply's own error (a timeout, or an error not already shown) is capped too
+        cell = kwargs["cell"]
+        for output in cell.get("outputs", []):
+            if output.output_type == "error" and _size(output) > self.cell_chars:
+                _cut(output, self.cell_chars)

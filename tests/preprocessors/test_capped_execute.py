@@ -1,0 +1,37 @@
+"""Does CappedExecute keep a flood of output out of the grader's memory and the feedback?"""
+
+from nbformat.v4 import new_code_cell, new_notebook
+
+from autograder.preprocessors import CappedExecute
+
+KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+
+
+def execute(*sources, **caps):
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources], metadata=KERNEL)
+    CappedExecute(timeout=20, kernel_name="python3", **caps).preprocess(
+        nb, {"metadata": {"path": "."}})
+    return ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+            for c in nb.cells]
+
+
+def test_each_cell_keeps_its_cap_and_says_it_was_cut():
+    """Is a cell's output cut at its cap (with a note), and the next cell's output intact?"""
+    big, after = execute("for _ in range(50):\n    print('x' * 1000)", "print('after')",
+                         cell_chars=10_000)
+    assert 10_000 <= len(big) < 12_000 and "output cut here" in big
+    assert after == "after\n"
+
+
+def test_the_notebook_cap_holds_over_many_cells():
+    """Past the notebook's cap, do later cells keep (almost) nothing?"""
+    outs = execute(*["print('y' * 5000)"] * 6, cell_chars=100_000, notebook_chars=12_000)
+    assert sum(map(len, outs)) < 12_000 + 6 * 200
+    assert outs[0] == "y" * 5000 + "\n" and "output cut here" in outs[2]
+
+
+def test_a_huge_single_message_is_cut_without_failing():
+    """One 3 MB line: is it cut to the cap, the notebook still executed?"""
+    big, after = execute("print('z' * 3_000_000)", "print('after')")
+    assert len(big) < (1 << 20) + 200 and "output cut here" in big
+    assert after == "after\n"
