@@ -32,6 +32,9 @@ from autograder.preprocessors import ClearBlanks, HideTests  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by traitlets when this file is loaded)
 
+# `nbgrader autograde`, or one of make grade's workers (autograder/grade_worker.py)
+AUTOGRADING = "autograde" in sys.argv or os.environ.get("DISTLAB_AUTOGRADE") == "1"
+
 # All grading data lives in one git-ignored folder (DISTLAB_GRADING_DIR moves it, e.g. in tests).
 GRADING = os.environ.get("DISTLAB_GRADING_DIR", os.path.join(HERE, "grading"))
 
@@ -75,7 +78,7 @@ c.Validator.validate_all = True
 # Kernels that Validate starts encrypt their traffic where pyzmq can (CurveZMQ), which also
 # keeps ipykernel's "running over TCP without encryption" warning out of the learner's output.
 # (Autograding's sandboxed kernel is configured by judging.configure below.)
-if zmq.has("curve") and "autograde" not in sys.argv:
+if zmq.has("curve") and not AUTOGRADING:
     c.KernelManager.transport_encryption = "auto"
 
 # Autograding runs the learner's kernel in a sandbox and lets the judge, outside it, decide
@@ -83,7 +86,7 @@ if zmq.has("curve") and "autograde" not in sys.argv:
 # c.GradingLimits.cell_seconds = 120
 # c.GradingLimits.notebook_seconds = 1800
 # c.GradingLimits.memory_bytes = 6 << 30
-if "autograde" in sys.argv:
+if AUTOGRADING:
     from autograder import judging  # noqa: E402
 
     judging.configure(c)

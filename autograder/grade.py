@@ -4,24 +4,27 @@
                                [--GradingLimits.NAME=VALUE ...]
 
 Submissions live in grading/submitted/<student>/<assignment>/<assignment>.ipynb (nbgrader's
-layout; `nbgrader collect` or `nbgrader zip_collect` put them there). Each one is graded by
-its own `nbgrader autograde --student` and `nbgrader generate_feedback` (nbgrader's autograde
-is serial; these run N at a time, each with its own sandbox slot). Then one CSV per assignment
-is written to grading/grades/. Regrading is idempotent: the same submissions give the same
-grades, and nothing else in the gradebook is touched.
+layout; `nbgrader collect` or `nbgrader zip_collect` put them there). N slots grade them at
+once (nbgrader's own autograde is serial): each slot has its own sandbox uid and a long-lived
+worker (autograder/grade_worker.py) running what `nbgrader autograde --student` and
+`nbgrader generate_feedback --student` run, submission after submission; its log is
+grading/logs/slot<N>.log. Then one CSV per assignment is written to grading/grades/.
+Regrading is idempotent: the same submissions give the same grades, and nothing else in the
+gradebook is touched.
 
 `--GradingLimits.NAME=VALUE` flags (say `--GradingLimits.cell_seconds=30`) are passed on to
-every `nbgrader autograde`, where they override nbgrader_config.py's limits for this run.
+every worker, where they override nbgrader_config.py's limits for this run.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import html
+import json
 import os
 import re
+import select
 import sqlite3
 import subprocess
 import sys
@@ -29,22 +32,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from queue import SimpleQueue
 
-from nbgrader.api import Gradebook
-from traitlets.config.loader import PyFileConfigLoader
-
-from autograder import release, sandbox, source
-from autograder.nbgrader_cli import nbgrader
+from autograder import grade_worker, nbgrader_cli, sandbox, source
 
 GRADING = source.GRADING
 SUBMITTED = GRADING / "submitted"
 GRADES = GRADING / "grades"
 FEEDBACK = GRADING / "feedback"
+LOGS = GRADING / "logs"
 LIMIT_FLAG = re.compile(r"^--GradingLimits\.\w+=\S+$")
 
 
 def db_url() -> str:
     """The gradebook's SQLAlchemy URL, as nbgrader_config.py sets it."""
+    from traitlets.config.loader import PyFileConfigLoader
+
     config = PyFileConfigLoader("nbgrader_config.py", path=str(source.ROOT)).load_config()
     return config.CourseDirectory.db_url
 
@@ -58,20 +61,23 @@ class Outcome:
     problem: str = ""
 
 
-def release_if_changed(ids: list[str]) -> None:
+def release_if_changed(ids: list[str], url: str) -> None:
     """Fill the gradebook from a release of each assignment, unless its source is unchanged
-    since the last one (the gradebook learns cells, checksums and hidden tests from it)."""
+    since the last one (the gradebook at `url` learns cells, checksums and hidden tests from
+    it)."""
     for assignment in ids:
         stamp = GRADING / "release" / assignment / ".source-sha256"
         digest = hashlib.sha256(source.source_path(assignment).read_bytes()).hexdigest()
-        if stamp.exists() and stamp.read_text() == digest and Path(db_path()).exists():
+        if stamp.exists() and stamp.read_text() == digest and Path(db_path(url)).exists():
             continue
+        from autograder import release  # here: it imports nbgrader
+
         release.release([assignment], release_dir=GRADING / "release")
         stamp.write_text(digest)
 
 
-def db_path() -> str:
-    url = db_url()
+def db_path(url: str) -> str:
+    """The SQLite file of a gradebook URL ('' for other databases)."""
     return url.removeprefix("sqlite:///").split("?")[0] if url.startswith("sqlite:///") else ""
 
 
@@ -84,52 +90,124 @@ def submissions(ids: list[str], submitted: Path = SUBMITTED) -> list[tuple[str, 
     )
 
 
-# `module.Name: message` or `NameError: message`, as the last line of a traceback says it
-EXCEPTION_LINE = re.compile(r"^\s*(?:(?:[a-z_]\w*\.)+([A-Z]\w*)|(\w*(?:Error|Exception|Interrupt)))"
-                            r": ?(.*)$")
-# what the exceptions nbgrader stops at mean for a learner
-MEANING = {
-    "NotJSONError": "the notebook file is not valid JSON (was it saved completely?)",
-    "NBFormatError": "the file is not a valid notebook",
-    "ValidationError": "the file is not a valid notebook",
-    "DeadKernelError": "the notebook's kernel died while it ran (a cell ended the process, or "
-                       "used more memory than the limit)",
-    "CellTimeoutError": "a cell did not finish within the time limit, or printed more than "
-                        "the grader accepts",
-}
+class WorkerDied(Exception):
+    """A slot's worker ended (or never started); the message says why, from its log."""
 
 
-def _problem(output: str) -> str:
-    """Why nbgrader could not grade a submission, from its log: the last exception it reports
-    (what it means, or its type and message), never a traceback's file lines."""
-    found = [m for line in output.splitlines() if (m := EXCEPTION_LINE.match(line))]
-    if not found:
-        return "the grader failed on this notebook"
-    qualified, plain, message = found[-1].groups()
-    name = qualified or plain
-    if name in MEANING:
-        return f"{MEANING[name]} ({name})"
-    return f"{name}: {message}"[:300] if message else name
+class Slot:
+    """Sandbox slot `number` and the worker (autograder/grade_worker.py) grading in it, one
+    submission at a time. The worker runs in a PID namespace of its own (nbgrader_cli.CONTAIN):
+    killing it when a submission runs out of time ends its kernel and runners too; the next
+    submission starts a fresh worker."""
 
+    def __init__(self, number: int, limits: list[str], log: Path):
+        self.number, self.limits, self.log = number, list(limits), log
+        self.proc: subprocess.Popen | None = None
+        self.db_url = ""  # the gradebook the worker grades into, as it read nbgrader's config
+        log.unlink(missing_ok=True)  # this run's log only; a restarted worker appends
 
-def grade_one(student: str, assignment: str, slot: int, timeout: float,
-              limits: list[str] = ()) -> Outcome:
-    """Autograde and write feedback for one submission, in sandbox slot `slot`; `limits`
-    (`--GradingLimits.NAME=VALUE` flags) go to the autograde."""
-    start = time.perf_counter()
-    env = {"DISTLAB_SLOT": str(slot)}
-    for step in ("autograde", "generate_feedback"):
-        flags = list(limits) if step == "autograde" else []
+    def start(self) -> Slot:
+        """Start the worker, unless it runs; it loads nbgrader and its config meanwhile."""
+        if self.proc is None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            self._logged = self.log.stat().st_size if self.log.exists() else 0
+            with self.log.open("a") as log:
+                self.proc = nbgrader_cli.popen(
+                    [sys.executable, "-m", "autograder.grade_worker", str(self.number),
+                     *self.limits], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+            self._ready = False
+        return self
+
+    def _reply(self, deadline: float) -> dict | None:
+        """The worker's next line; None when `deadline` (time.monotonic) passes first.
+        WorkerDied when it ends before answering (its log since `_logged` says why)."""
+        proc, line = self.proc, b""
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                self.close(kill=True)
+                with self.log.open(errors="replace") as log:
+                    log.seek(self._logged)
+                    raise WorkerDied(grade_worker.problem(log.read()[-20000:]))
+            line += chunk
+        return json.loads(line)
+
+    def ready(self, timeout: float = 300) -> Slot:
+        """Wait until the worker has loaded nbgrader and its configuration."""
+        self.start()
+        if not self._ready:
+            reply = self._reply(time.monotonic() + timeout)
+            if reply is None:
+                self.close(kill=True)
+                raise WorkerDied(f"the grading worker did not start within {timeout:g} s")
+            self.db_url, self._ready = reply["db_url"], True
+        return self
+
+    def grade(self, student: str, assignment: str, timeout: float) -> Outcome:
+        """Autograde and write feedback for one submission; stop it after `timeout` s."""
+        began = time.monotonic()
+
+        def outcome(ok: bool, problem: str = "") -> Outcome:
+            return Outcome(student, assignment, ok, time.monotonic() - began, problem)
+
         try:
-            result = nbgrader(step, assignment, "--student", student, "--force", *flags,
-                              check=False, env=env, timeout=timeout)
+            self.ready()  # a fresh worker's start-up does not count against the submission
+            deadline = time.monotonic() + timeout
+            self._logged = self.log.stat().st_size  # this submission's part of the log
+            self.proc.stdin.write(json.dumps({"student": student, "assignment": assignment}
+                                             ).encode() + b"\n")
+            self.proc.stdin.flush()
+            reply = self._reply(deadline)
+        except WorkerDied as died:
+            return outcome(False, str(died))
+        except BrokenPipeError:
+            self.close(kill=True)
+            return outcome(False, "the grader failed on this notebook")
+        if reply is None:
+            self.close(kill=True)
+            return outcome(False, f"grading took longer than {timeout:g} s and was stopped")
+        return outcome(reply["ok"], reply.get("problem", ""))
+
+    def export(self, assignment: str, failed: dict[str, str], out: Path = GRADES) -> Path:
+        """Have the worker write the assignment's grades CSV from the gradebook (`failed`:
+        why some students were not graded); its path."""
+        self.ready()
+        self.proc.stdin.write(json.dumps({"csv": assignment, "failed": failed, "out": str(out)}
+                                         ).encode() + b"\n")
+        self.proc.stdin.flush()
+        reply = self._reply(time.monotonic() + 600)
+        if reply is None or not reply["ok"]:
+            raise WorkerDied(f"writing {assignment}'s grades failed: "
+                             f"{reply['problem'] if reply else 'timed out'}")
+        return Path(reply["path"])
+
+    def kill(self) -> None:
+        """Stop the worker now, from any thread: grade() then reports that it died."""
+        if (proc := self.proc) is not None:
+            proc.kill()
+
+    def end(self) -> None:
+        """Tell the worker there is nothing more to grade: it exits when it is idle."""
+        if self.proc is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
+    def close(self, kill: bool = False) -> None:
+        """End the worker and wait for it: at once with kill, else once it is idle."""
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.kill()  # CONTAIN: its kernel and everything else it started die with it
+        self.end()
+        try:
+            self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            return Outcome(student, assignment, False, time.perf_counter() - start,
-                           f"grading took longer than {timeout:g} s and was stopped")
-        if result.returncode != 0:
-            return Outcome(student, assignment, False, time.perf_counter() - start,
-                           _problem(result.stdout + result.stderr))
-    return Outcome(student, assignment, True, time.perf_counter() - start)
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        self.proc = None
 
 
 def failure_feedback(outcome: Outcome) -> None:
@@ -143,28 +221,6 @@ def failure_feedback(outcome: Outcome) -> None:
         "then hand it in again.</p></body></html>\n")
 
 
-def write_csv(assignment: str, failed: dict[str, str], url: str, out: Path = GRADES) -> Path:
-    """One row per student: each graded cell's score, the total, and why if not graded."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{assignment}.csv"
-    with Gradebook(url) as gb:
-        cells = [cell.name for notebook in gb.find_assignment(assignment).notebooks
-                 for cell in notebook.grade_cells]
-        maximum = gb.find_assignment(assignment).max_score
-        rows = {}
-        for sub in gb.assignment_submissions(assignment):
-            by_cell = {g.name: g.score for nb in sub.notebooks for g in nb.grades}
-            rows[sub.student.id] = [*(by_cell.get(c, 0) for c in cells), sub.score, maximum, ""]
-    for student, problem in failed.items():
-        rows[student] = [*(0 for _ in cells), 0, maximum, problem]
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["student", *cells, "score", "max_score", "not_graded_because"])
-        for student in sorted(rows):
-            writer.writerow([student, *rows[student]])
-    return path
-
-
 def progress(done: int, total: int, outcome: Outcome, started: float) -> None:
     width = 24
     filled = width * done // total
@@ -175,6 +231,40 @@ def progress(done: int, total: int, outcome: Outcome, started: float) -> None:
             f"{outcome.assignment}/{outcome.student} {outcome.seconds:.0f}s {status} "
             f"(eta {eta:.0f}s)")
     print(line, flush=True)
+
+
+def grade_all(todo: list[tuple[str, str]], slots: list[Slot], timeout: float
+              ) -> list[Outcome]:
+    """Grade every (student, assignment), each in the next free slot; print progress."""
+    free = SimpleQueue()  # each running submission holds one slot until it finishes
+    for slot in slots:
+        free.put(slot)
+
+    def task(student, assignment):
+        slot = free.get()
+        try:
+            return slot.grade(student, assignment, timeout)
+        finally:
+            free.put(slot)
+
+    outcomes: list[Outcome] = []
+    started = time.perf_counter()
+    pool = ThreadPoolExecutor(len(slots))
+    try:
+        futures = [pool.submit(task, s, a) for s, a in todo]
+        for future in as_completed(futures):
+            outcome = future.result()
+            outcomes.append(outcome)
+            if not outcome.ok:
+                failure_feedback(outcome)
+            progress(len(outcomes), len(todo), outcome, started)
+    except BaseException:  # Ctrl-C: stop the submissions being graded, grade no more
+        for slot in slots:
+            slot.kill()
+        raise
+    finally:
+        pool.shutdown(cancel_futures=True)
+    return outcomes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,41 +280,37 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)} (limits: "
                      "--GradingLimits.NAME=VALUE)")
     ids = args.ids or source.assignment_ids()
-    release_if_changed(ids)
-    url = db_url()
-    if db_path():
-        # WAL: a grader reading the gradebook never blocks another one saving its grades
-        with sqlite3.connect(db_path()) as db:
-            db.execute("PRAGMA journal_mode=WAL")
     todo = submissions(ids)
     if not todo:
         print(f"no submissions under {SUBMITTED}/<student>/<assignment>/")
         return 0
-    print(f"grading {len(todo)} submission(s), {args.jobs} at a time", flush=True)
-    outcomes: list[Outcome] = []
-    started = time.perf_counter()
-    free_slots = list(range(args.jobs))
-    with ThreadPoolExecutor(args.jobs) as pool:
-        # each running submission holds one slot (its sandbox uid) until it finishes
-        def task(student, assignment):
-            slot = free_slots.pop()
-            try:
-                return grade_one(student, assignment, slot, args.timeout, limits)
-            finally:
-                free_slots.append(slot)
-
-        futures = [pool.submit(task, s, a) for s, a in todo]
-        for future in as_completed(futures):
-            outcome = future.result()
-            outcomes.append(outcome)
-            if not outcome.ok:
-                failure_feedback(outcome)
-            progress(len(outcomes), len(todo), outcome, started)
+    # Workers start first: their start-up overlaps the release check below.
+    slots = [Slot(number, limits, LOGS / f"slot{number}.log").start()
+             for number in range(min(args.jobs, len(todo)))]
+    try:
+        url = slots[0].ready().db_url  # what nbgrader_config.py says, read by the worker
+        release_if_changed(ids, url)
+        if path := db_path(url):
+            # WAL: a grader reading the gradebook never blocks another one saving its grades
+            with sqlite3.connect(path) as db:
+                db.execute("PRAGMA journal_mode=WAL")
+        print(f"grading {len(todo)} submission(s), {len(slots)} at a time", flush=True)
+        outcomes = grade_all(todo, slots, args.timeout)
+        for slot in slots[1:]:
+            slot.end()  # they exit on their own, all at once, while the CSVs are written
+        for assignment in sorted({a for _, a in todo}):
+            failed = {o.student: o.problem for o in outcomes
+                      if o.assignment == assignment and not o.ok}
+            print(f"grades: {slots[0].export(assignment, failed)}")
+    except WorkerDied as died:
+        sys.exit(f"make grade: a grading worker failed: {died}\n(its log: {slots[0].log})")
+    finally:
+        for slot in slots:
+            slot.end()
+    for slot in slots:
+        slot.close()  # each exits on its own, and after a Ctrl-C at once
     if sandbox.available():  # memory cgroups of sandboxes that were killed, not ended
-        sandbox.remove_leftovers(sandbox.uid_for(slot) for slot in range(args.jobs))
-    for assignment in sorted({a for _, a in todo}):
-        failed = {o.student: o.problem for o in outcomes if o.assignment == assignment and not o.ok}
-        print(f"grades: {write_csv(assignment, failed, url)}")
+        sandbox.remove_leftovers(sandbox.uid_for(slot.number) for slot in slots)
     print(f"feedback: {FEEDBACK}/<student>/<assignment>/")
     return 0
 

@@ -16,27 +16,32 @@ CONTAIN = (["unshare", "--pid", "--fork", "--kill-child"]
            if os.geteuid() == 0 and shutil.which("unshare") else [])
 
 
-def nbgrader(*args: str, root: Path = ROOT, check: bool = True, env: dict | None = None,
-             timeout: float | None = None, **overrides: str):
-    """`nbgrader ARGS` run in the course root; `overrides` set CourseDirectory traits, `env`
-    adds environment variables, `timeout` stops it (subprocess.TimeoutExpired).
+def popen(argv: list[str], root: Path = ROOT, env: dict | None = None,
+          **kwargs) -> subprocess.Popen:
+    """Start argv in the course root, contained (CONTAIN), `env` added to the environment.
 
     nbgrader starts `alembic` as a program to create its database, so this interpreter's
     bin/ goes first on PATH (a venv that is not activated otherwise breaks it).
     """
     bindir = str(Path(sys.executable).parent)
     env = dict(os.environ, **(env or {}), PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    return subprocess.Popen([*CONTAIN, *argv], cwd=root, env=env, **kwargs)
+
+
+def nbgrader(*args: str, root: Path = ROOT, check: bool = True, env: dict | None = None,
+             timeout: float | None = None, **overrides: str):
+    """`nbgrader ARGS` run in the course root; `overrides` set CourseDirectory traits, `env`
+    adds environment variables, `timeout` stops it (subprocess.TimeoutExpired)."""
     flags = [f"--CourseDirectory.{key}={value}" for key, value in overrides.items()]
-    command = [*CONTAIN, sys.executable, "-m", "nbgrader", *args, *flags]
-    proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "nbgrader", *args, *flags]
+    proc = popen(command, root, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()  # with CONTAIN, the kernel and everything else it started dies too
         proc.communicate()
         raise
-    result = subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     if check and result.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
     return result

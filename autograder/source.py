@@ -18,9 +18,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-
-import jupytext
-import nbformat
+from typing import TYPE_CHECKING
 
 from autograder.markers import MarkerError, blank_source, check_released, has_marker
 
@@ -32,6 +30,9 @@ KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "langua
 LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
                  "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
                  "pygments_lexer": "ipython3"}
+
+if TYPE_CHECKING:
+    import nbformat
 
 
 def assignment_ids(solutions: Path = SOLUTIONS) -> list[str]:
@@ -65,6 +66,8 @@ def _nbgrader(cell, locked_count: int) -> dict | None:
 
 def load(assignment: str, solutions: Path = SOLUTIONS) -> nbformat.NotebookNode:
     """The solved notebook of one assignment, with nbgrader metadata, validated."""
+    import jupytext  # here: with nbformat it takes 2 s to import, and the paths above do not
+
     path = source_path(assignment, solutions)
     text = path.read_text()
     nb = jupytext.reads(text, fmt="py:percent")

@@ -52,9 +52,10 @@ def main(students: int = 4) -> list[dict]:
         _submit(grading, students)
         env = _env(grading)
         # release once, outside the timings (make grade then finds it up to date)
-        subprocess.run([sys.executable, "-c", "from autograder import grade; "
-                        f"grade.release_if_changed([{ASSIGNMENT!r}])"], cwd=source.ROOT,
-                       env=env, check=True, capture_output=True)
+        release = ("from autograder import grade; "
+                   f"grade.release_if_changed([{ASSIGNMENT!r}], grade.db_url())")
+        subprocess.run([sys.executable, "-c", release], cwd=source.ROOT, env=env, check=True,
+                       capture_output=True)
         serial = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force"],
                         env)
         serial += _timed([sys.executable, "-m", "nbgrader", "generate_feedback", ASSIGNMENT,
