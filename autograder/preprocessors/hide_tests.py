@@ -1,8 +1,8 @@
 """HideTests: feedback shows what each graded cell printed, never the hidden tests behind it."""
 
 from nbgrader import utils
-from nbgrader.preprocessors import ClearHiddenTests
-from traitlets import Bool
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+from traitlets import Bool, List
 
 
 class HideTests(ClearHiddenTests):
@@ -16,6 +16,9 @@ class HideTests(ClearHiddenTests):
 
     enforce_metadata = Bool(False, help="Fail on hidden tests outside graded cells"
                             ).tag(config=True)
+    # The HTML exporter configures this for every preprocessor; configurable here as in
+    # GetGrades, or feedback logs "Config option `display_data_priority` not recognized".
+    display_data_priority = List(GetGrades.display_data_priority.default_value).tag(config=True)
 
     def preprocess_cell(self, cell, resources, cell_index):
         try:
