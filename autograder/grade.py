@@ -302,15 +302,17 @@ def main(argv: list[str] | None = None) -> int:
             failed = {o.student: o.problem for o in outcomes
                       if o.assignment == assignment and not o.ok}
             print(f"grades: {slots[0].export(assignment, failed)}")
-    except WorkerDied as died:
-        sys.exit(f"make grade: a grading worker failed: {died}\n(its log: {slots[0].log})")
+    except BaseException as err:  # a worker failed, or Ctrl-C: stop everything now
+        for slot in slots:
+            slot.close(kill=True)
+        if isinstance(err, WorkerDied):
+            sys.exit(f"make grade: a grading worker failed: {err}\n(its log: {slots[0].log})")
+        raise
     finally:
         for slot in slots:
-            slot.end()
-    for slot in slots:
-        slot.close()  # each exits on its own, and after a Ctrl-C at once
-    if sandbox.available():  # memory cgroups of sandboxes that were killed, not ended
-        sandbox.remove_leftovers(sandbox.uid_for(slot.number) for slot in slots)
+            slot.close()
+        if sandbox.available():  # memory cgroups of sandboxes that were killed, not ended
+            sandbox.remove_leftovers(sandbox.uid_for(slot.number) for slot in slots)
     print(f"feedback: {FEEDBACK}/<student>/<assignment>/")
     return 0
 
