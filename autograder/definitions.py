@@ -10,18 +10,39 @@ import ast
 KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def definitions(code: str) -> ast.Module | None:
-    """The cell's definitions as a module AST, or None if the cell does not parse (IPython
-    magics are translated first, as a kernel would)."""
+def _parse(code: str) -> tuple[str, ast.Module] | tuple[str, None]:
+    """(the code as Python, its AST); IPython magics are translated first, as a kernel would.
+    The AST is None when the cell does not parse."""
     try:
-        tree = ast.parse(code)
+        return code, ast.parse(code)
     except SyntaxError:
         try:
             from IPython.core.inputtransformer2 import TransformerManager
 
-            tree = ast.parse(TransformerManager().transform_cell(code))
+            code = TransformerManager().transform_cell(code)
+            return code, ast.parse(code)
         except Exception:  # noqa: BLE001 - a cell the kernel could not run either
-            return None
+            return code, None
+
+
+def functions(code: str) -> dict[str, str]:
+    """{name: source} of each top-level function the cell defines, decorators included; for a
+    name defined twice, the later one (the one a kernel would keep)."""
+    code, tree = _parse(code)
+    lines = code.split("\n")
+    found = {}
+    for node in tree.body if tree else []:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            found[node.name] = "\n".join(lines[first - 1: node.end_lineno])
+    return found
+
+
+def definitions(code: str) -> ast.Module | None:
+    """The cell's definitions as a module AST, or None if the cell does not parse."""
+    _, tree = _parse(code)
+    if tree is None:
+        return None
     tree.body = [node for node in tree.body if isinstance(node, KEEP) or (
         isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant))]
     return tree

@@ -10,7 +10,6 @@ first results.
 
 from __future__ import annotations
 
-import ast
 import builtins
 import math
 import os
@@ -21,9 +20,10 @@ import sys
 import time
 
 from autograder import wire
+from autograder.definitions import functions
 from autograder.source import ROOT
 
-CALL_TIMEOUT = float(os.environ.get("DISTLAB_CALL_TIMEOUT", 60))
+CALL_TIMEOUT = 60.0  # s per call of a learner's function; GradingLimits.call_seconds sets it
 
 
 class RemoteError(Exception):
@@ -172,14 +172,7 @@ def function_source(cells: list[str], name: str) -> str:
     """The source of the last top-level `def name` in the cells (the one a kernel would use)."""
     found = ""
     for code in cells:
-        try:
-            tree = ast.parse(code)
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name == name:
-                first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-                found = "\n".join(code.split("\n")[first - 1: node.end_lineno])
+        found = functions(code).get(name, found)
     return found
 
 

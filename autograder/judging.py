@@ -15,7 +15,7 @@ import sys
 from traitlets import Float, Int
 from traitlets.config import Configurable
 
-from autograder import sandbox
+from autograder import judge, sandbox
 from autograder.source import GRADING
 
 
@@ -31,8 +31,8 @@ class GradingLimits(Configurable):
     processes = Int(256, help="Processes alive at once (ranks count)").tag(config=True)
     file_bytes = Int(64 << 20, help="Largest file one process may write").tag(config=True)
     tmp_bytes = Int(512 << 20, help="Size of the private /tmp").tag(config=True)
-    call_seconds = Float(60, help="Wall time of one call of a learner's function by the judge"
-                         ).tag(config=True)
+    call_seconds = Float(judge.CALL_TIMEOUT, help="Wall time of one call of a learner's "
+                         "function by the judge").tag(config=True)
     function_seconds = Float(300, help="Wall time the judge gives one graded function: its "
                              "hidden test and the search for the wrong blank").tag(config=True)
 

@@ -11,7 +11,7 @@ import functools
 import types
 
 from autograder import source
-from autograder.definitions import definitions
+from autograder.definitions import definitions, functions
 
 
 @functools.cache
@@ -31,7 +31,7 @@ def locate(name: str) -> tuple[str, object, list]:
     """(assignment, solution cell, blanks) of the solution cell that defines function `name`."""
     for assignment in source.assignment_ids():
         for cell, blanks in source.solution_cells(assignment):
-            if name in source.DEFINES.findall(cell.source):
+            if name in functions(cell.source):
                 return assignment, cell, blanks
     raise KeyError(f"no solution cell in solutions/ defines a function named {name!r}")
 

@@ -16,7 +16,6 @@ cell ids, so regenerating an unchanged source gives byte-identical files.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -102,5 +101,3 @@ def solution_cells(assignment: str, solutions: Path = SOLUTIONS):
         if cell.metadata.get("nbgrader", {}).get("solution"):
             yield cell, blank_source(cell.source)[1]
 
-
-DEFINES = re.compile(r"^def (\w+)\(", re.M)

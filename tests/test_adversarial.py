@@ -191,7 +191,6 @@ def grade_batch(names: list[str], base: Path) -> dict:
     env = dict(os.environ, DISTLAB_GRADING_DIR=str(grading), TMPDIR=str(tmp),
                JUPYTER_RUNTIME_DIR=str(runtime),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    env.pop("DISTLAB_CALL_TIMEOUT", None)
     command = [sys.executable, "-m", "autograder.grade", ASSIGNMENT, "--jobs", str(JOBS),
                "--timeout", str(SUBMISSION_TIMEOUT),
                *(f"--GradingLimits.{key}={value}" for key, value in LIMITS.items())]

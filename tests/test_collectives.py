@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from autograder import diagnose, exercises, grade_cell, reference
+from autograder.definitions import functions
 from autograder.markers import blank_source
 
 matplotlib.use("Agg")
@@ -131,7 +132,7 @@ def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
               for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
     names = []
     for cell, blanks in source.solution_cells(ASSIGNMENT):
-        (name,) = source.DEFINES.findall(cell.source)
+        (name,) = functions(cell.source)
         names.append(name)
         assert points[f"{name}_tests"] == len(blanks), name
         exercises.test_for(name)

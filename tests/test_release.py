@@ -6,6 +6,7 @@ import re
 import pytest
 
 from autograder import release, source
+from autograder.definitions import functions
 from autograder.markers import blank_source
 
 IDS = source.assignment_ids()
@@ -69,7 +70,7 @@ def test_points_match_the_blanks_they_grade(assignment):
     """Is each graded cell worth as many points as the blanks it grades (one per blank)?"""
     blanks = {}
     for cell, cell_blanks in source.solution_cells(assignment):
-        for name in source.DEFINES.findall(cell.source):
+        for name in functions(cell.source):
             blanks[name] = len(cell_blanks)
     for cell in source.load(assignment).cells:
         meta = cell.metadata.get("nbgrader", {})
@@ -81,7 +82,7 @@ def test_points_match_the_blanks_they_grade(assignment):
 def test_learner_function_names_are_unique_across_the_course():
     """Can the grader find each function's solution cell by name alone?"""
     names = [name for a in IDS for cell, _ in source.solution_cells(a)
-             for name in source.DEFINES.findall(cell.source)]
+             for name in functions(cell.source)]
     assert len(names) == len(set(names))
 
 
