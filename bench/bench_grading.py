@@ -10,6 +10,7 @@ judge and sandbox included), and nbclient executing the same notebook with no gr
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import subprocess
 import sys
@@ -46,6 +47,17 @@ def _timed(command: list[str], env: dict) -> float:
     return time.perf_counter() - start
 
 
+def _check_grades(grading: Path) -> None:
+    """A throughput of wrong grades is no throughput: every solved submission must get full
+    marks (a stall that cost points, say a hung call, would show here, not only as time)."""
+    with (grading / "grades" / f"{ASSIGNMENT}.csv").open() as handle:
+        wrong = [row for row in csv.DictReader(handle)
+                 if row["not_graded_because"] or float(row["score"]) != float(row["max_score"])]
+    if wrong:
+        logs = "".join(log.read_text()[-3000:] for log in sorted((grading / "logs").glob("*")))
+        raise SystemExit(f"make grade graded solved submissions wrongly: {wrong}\n{logs}")
+
+
 def main(students: int = 4) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="distlab-bench-") as tmp:
         grading = Path(tmp)
@@ -61,6 +73,7 @@ def main(students: int = 4) -> list[dict]:
         serial += _timed([sys.executable, "-m", "nbgrader", "generate_feedback", ASSIGNMENT,
                           "--force"], env)
         parallel = _timed([sys.executable, "-m", "autograder.grade", ASSIGNMENT], env)
+        _check_grades(grading)
         one = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT,
                       "--student", "student00", "--force"], env)
     start = time.perf_counter()
