@@ -59,6 +59,8 @@ class Outcome:
     ok: bool
     seconds: float
     problem: str = ""
+    score: float = 0.0
+    max_score: float = 0.0
 
 
 def release_if_changed(ids: list[str], url: str) -> None:
@@ -150,8 +152,8 @@ class Slot:
         """Autograde and write feedback for one submission; stop it after `timeout` s."""
         began = time.monotonic()
 
-        def outcome(ok: bool, problem: str = "") -> Outcome:
-            return Outcome(student, assignment, ok, time.monotonic() - began, problem)
+        def outcome(ok: bool, problem: str = "", *points: float) -> Outcome:
+            return Outcome(student, assignment, ok, time.monotonic() - began, problem, *points)
 
         try:
             self.ready()  # a fresh worker's start-up does not count against the submission
@@ -169,11 +171,12 @@ class Slot:
         if reply is None:
             self.close(kill=True)
             return outcome(False, f"grading took longer than {timeout:g} s and was stopped")
-        return outcome(reply["ok"], reply.get("problem", ""))
+        return outcome(reply["ok"], reply.get("problem", ""), reply.get("score", 0.0),
+                       reply.get("max_score", 0.0))
 
-    def export(self, assignment: str, failed: dict[str, str], out: Path = GRADES) -> Path:
+    def export(self, assignment: str, failed: dict[str, str], out: Path = GRADES) -> dict:
         """Have the worker write the assignment's grades CSV from the gradebook (`failed`:
-        why some students were not graded); its path."""
+        why some students were not graded); its path, the scores and the maximum."""
         self.ready()
         self.proc.stdin.write(json.dumps({"csv": assignment, "failed": failed, "out": str(out)}
                                          ).encode() + b"\n")
@@ -182,7 +185,7 @@ class Slot:
         if reply is None or not reply["ok"]:
             raise WorkerDied(f"writing {assignment}'s grades failed: "
                              f"{reply['problem'] if reply else 'timed out'}")
-        return Path(reply["path"])
+        return reply
 
     def kill(self) -> None:
         """Stop the worker now, from any thread: grade() then reports that it died."""
@@ -221,12 +224,22 @@ def failure_feedback(outcome: Outcome) -> None:
         "then hand it in again.</p></body></html>\n")
 
 
+def summary(export: dict, failed: dict[str, str]) -> str:
+    """`grades: PATH (n graded, mean m / max; k not graded)`."""
+    scores, most = export["scores"], export["max_score"]
+    graded = f"{len(scores)} graded, mean {sum(scores) / len(scores):.1f} / {most:g}" if scores \
+        else "none graded"
+    missed = f"; {len(failed)} not graded (see not_graded_because)" if failed else ""
+    return f"grades: {export['path']} ({graded}{missed})"
+
+
 def progress(done: int, total: int, outcome: Outcome, started: float) -> None:
     width = 24
     filled = width * done // total
     rate = done / max(time.perf_counter() - started, 1e-9)
     eta = (total - done) / rate if rate else 0
-    status = "ok" if outcome.ok else f"NOT GRADED: {outcome.problem[:60]}"
+    status = (f"{outcome.score:g}/{outcome.max_score:g}" if outcome.ok
+              else f"NOT GRADED: {outcome.problem[:60]}")
     line = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
             f"{outcome.assignment}/{outcome.student} {outcome.seconds:.0f}s {status} "
             f"(eta {eta:.0f}s)")
@@ -301,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         for assignment in sorted({a for _, a in todo}):
             failed = {o.student: o.problem for o in outcomes
                       if o.assignment == assignment and not o.ok}
-            print(f"grades: {slots[0].export(assignment, failed)}")
+            print(summary(slots[0].export(assignment, failed), failed))
     except BaseException as err:  # a worker failed, or Ctrl-C: stop everything now
         for slot in slots:
             slot.close(kill=True)

@@ -7,9 +7,11 @@ It speaks one JSON line at a time, on stdout (nbgrader's log goes to stderr):
 - once nbgrader and nbgrader_config.py are loaded: {"ready": true, "db_url": gradebook URL};
 - for {"student": ..., "assignment": ...} on stdin: what `nbgrader autograde --student` and
   then `nbgrader generate_feedback --student` run (their converters, the same config), in
-  sandbox slot SLOT; then {"ok": true} or {"ok": false, "problem": why it was not graded};
+  sandbox slot SLOT; then {"ok": true, "score": ..., "max_score": ...}, or {"ok": false,
+  "problem": why it was not graded};
 - for {"csv": assignment, "failed": {student: why}, "out": folder}: the assignment's grades
-  CSV written from the gradebook; then {"ok": true, "path": ...}.
+  CSV written from the gradebook; then {"ok": true, "path": ..., "scores": [every graded
+  student's score], "max_score": ...}.
 
 Why a worker: starting nbgrader (imports, configuration) costs seconds of CPU. Paid twice per
 submission, that was a third of the work on a 2-core machine; paid once per slot, N slots
@@ -61,8 +63,9 @@ def problem(log: str) -> str:
     return f"{name}: {message}"[:300] if message else name
 
 
-def write_csv(assignment: str, failed: dict[str, str], url: str, out: Path) -> Path:
-    """One row per student: each graded cell's score, the total, and why if not graded."""
+def write_csv(assignment: str, failed: dict[str, str], url: str, out: Path) -> dict:
+    """One row per student: each graded cell's score, the total, and why if not graded.
+    Returns the reply: the CSV's path, the graded students' scores and the maximum."""
     from nbgrader.api import Gradebook
 
     out.mkdir(parents=True, exist_ok=True)
@@ -82,7 +85,17 @@ def write_csv(assignment: str, failed: dict[str, str], url: str, out: Path) -> P
         writer.writerow(["student", *cells, "score", "max_score", "not_graded_because"])
         for student in sorted(rows):
             writer.writerow([student, *rows[student]])
-    return path
+    scores = [row[-3] for student, row in rows.items() if student not in failed]
+    return {"ok": True, "path": str(path), "scores": scores, "max_score": maximum}
+
+
+def score(url: str, assignment: str, student: str) -> dict:
+    """The points a graded submission earned, and the most it could."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(url) as gb:
+        submission = gb.find_submission(assignment, student)
+        return {"score": submission.score, "max_score": submission.max_score}
 
 
 def _run(converter, log: logging.Logger) -> str:
@@ -124,8 +137,7 @@ def main(argv: list[str]) -> int:
         job = json.loads(line)
         if "csv" in job:
             try:
-                path = write_csv(job["csv"], job["failed"], app.coursedir.db_url, Path(job["out"]))
-                reply({"ok": True, "path": str(path)})
+                reply(write_csv(job["csv"], job["failed"], app.coursedir.db_url, Path(job["out"])))
             except Exception as err:  # noqa: BLE001 - make grade reports it
                 reply({"ok": False, "problem": f"{type(err).__name__}: {err}"})
             continue
@@ -135,7 +147,10 @@ def main(argv: list[str]) -> int:
             if not failed:
                 failed = _run(GenerateFeedback(coursedir=app.coursedir, parent=app, force=True),
                               app.log)
-        reply({"ok": True} if not failed else {"ok": False, "problem": problem(failed)})
+        if failed:
+            reply({"ok": False, "problem": problem(failed)})
+        else:
+            reply({"ok": True, **score(app.coursedir.db_url, job["assignment"], job["student"])})
     return 0
 
 

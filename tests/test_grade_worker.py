@@ -74,6 +74,9 @@ def test_timeout_kills_the_worker_and_the_next_submission_gets_a_fresh_one(gradi
     assert float(rows["a_slow"]["score"]) == 0
     assert rows["b_solved"]["not_graded_because"] == ""
     assert float(rows["b_solved"]["score"]) == float(rows["b_solved"]["max_score"]) > 0
+    most = f"{float(rows['b_solved']['max_score']):g}"
+    assert f"{ASSIGNMENT}/b_solved" in result.stdout and f" {most}/{most} " in result.stdout
+    assert f"(1 graded, mean {float(most):.1f} / {most}; 1 not graded" in result.stdout
     page = grading / "feedback" / "a_slow" / ASSIGNMENT / f"{ASSIGNMENT}.html"
     assert f"longer than {TIMEOUT} s" in page.read_text()
     assert _alive(sandbox.uid_for(0), grading) == []
