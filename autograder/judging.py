@@ -50,9 +50,9 @@ def install_kernel(limits: GradingLimits, slot_number: int) -> str:
     """Write this slot's kernelspec, put it on JUPYTER_PATH, and return the kernel's name."""
     folder = GRADING / "jupyter" / f"slot{slot_number}"
     env = {**sandbox.default_env(), "DISTLAB_JUDGE": "1"}
-    if sandbox.available():
+    if sandbox.available():  # no network of its own: CappedExecute talks to it over IPC
         sandbox.kernelspec(folder, uid=sandbox.uid_for(slot_number),
-                           limits=limits.sandbox_limits(), env=env)
+                           limits=limits.sandbox_limits(), env=env, network=False)
     else:  # no root or no namespaces: the judge still decides, the kernel just runs as is
         spec = folder / "kernels" / sandbox.KERNEL_NAME
         spec.mkdir(parents=True, exist_ok=True)
@@ -88,6 +88,9 @@ def configure(c) -> None:
         c.merge(KVArgParseConfigLoader(argv=flags).load_config())
     limits = GradingLimits(config=c)
     c.Execute.kernel_name = install_kernel(limits, slot())
+    if sandbox.available():
+        uid = sandbox.uid_for(slot())
+        c.CappedExecute.sockets, c.CappedExecute.sockets_uid = sandbox.sockets_folder(uid), uid
     c.Execute.timeout = limits.cell_seconds
     c.Execute.startup_timeout = 120
     c.JudgeGrades.slot = slot()

@@ -144,20 +144,35 @@ def wrap(argv: list[str], *, uid: int, limits: Limits = Limits(), network: bool 
             *copy_in, "--", *argv]
 
 
+def sockets_folder(uid: int) -> str:
+    """Where the sandboxed kernels of `uid` keep their ZMQ sockets (see kernelspec): short,
+    because a Unix socket's path may not exceed 107 bytes."""
+    return f"/tmp/distlab-sockets-{uid}"
+
+
 def kernelspec(dir, *, uid: int, limits: Limits = Limits(), writable: list[str] = (),
                hidden: list[str] | None = None, env: dict | None = None,
-               readable: list[str] = ()) -> Path:
+               readable: list[str] = (), network: bool = True) -> Path:
     """Write dir/kernels/distlab-sandbox/kernel.json, an ipykernel inside wrap(); put dir on
-    JUPYTER_PATH to use it. The kernel shares the host's network: it talks ZMQ over 127.0.0.1
-    to its client outside. The kernel's cwd (nbclient: the notebook's folder) is shown
+    JUPYTER_PATH to use it. The kernel's cwd (nbclient: the notebook's folder) is shown
     read-only, even inside a hidden folder, so it can grade one submission of the hidden
-    grading folder without seeing the others."""
+    grading folder without seeing the others.
+
+    network=True: the kernel shares the host's network and talks ZMQ over 127.0.0.1 to its
+    client outside. network=False: it has a network of its own (loopback only: its ranks and
+    stores cannot meet any other sandbox's), and its client must connect over IPC sockets in
+    sockets_folder(uid), which is made here (root's, 755) and shown writable inside: the client
+    makes each kernel a fresh folder of the uid's there (CappedExecute.sockets does).
+    """
     # ipykernel quits when its parent is not JPY_PARENT_PID, and prints a Ctrl-C banner to
     # stderr when that is unset; its parent inside is PID 1 of the namespace, so say 1.
     env = {**(default_env() if env is None else env), "JPY_PARENT_PID": "1"}
+    if not network:
+        os.makedirs(sockets_folder(uid), mode=0o755, exist_ok=True)
+        writable = [*writable, sockets_folder(uid)]
     argv = wrap([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                uid=uid, limits=limits, network=True, writable=writable, hidden=hidden, env=env,
-                readable=readable, copy_in=["{connection_file}"], readable_cwd=True)
+                uid=uid, limits=limits, network=network, writable=writable, hidden=hidden,
+                env=env, readable=readable, copy_in=["{connection_file}"], readable_cwd=True)
     folder = Path(dir) / "kernels" / KERNEL_NAME
     folder.mkdir(parents=True, exist_ok=True)
     spec = {"argv": argv, "display_name": "Python 3 (sandboxed)", "language": "python",
@@ -200,8 +215,10 @@ def _cgroup_path(uid: int) -> str | None:
 
 def remove_leftovers(uids) -> None:
     """Remove the empty memory cgroups that killed sandboxes of these uids left (PID 1 had no
-    time to): call it when none of them runs any more, say at the end of a grading run."""
+    time to), and their kernels' socket folders: call it when none of them runs any more, say
+    at the end of a grading run."""
     for uid in uids:
+        shutil.rmtree(sockets_folder(uid), ignore_errors=True)
         group = _cgroup_path(uid)
         if group and os.path.isdir(group):
             with contextlib.suppress(OSError):  # busy: a sandbox still runs there

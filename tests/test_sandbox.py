@@ -439,6 +439,34 @@ def test_does_a_notebook_run_through_the_sandbox_kernelspec(uid, outside_tmp, tm
 
 
 @needs_namespaces
+def test_a_kernel_without_network_is_reached_over_ipc_and_sees_no_host_port(uid, tmp_path,
+                                                                          monkeypatch):
+    """network=False: does CappedExecute reach the kernel over IPC sockets in a folder made
+    for it, while the kernel cannot reach a port listening on the host's loopback, and is
+    the folder gone afterwards?"""
+    from autograder.preprocessors import CappedExecute
+
+    kernelspec(tmp_path, uid=uid, network=False)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    with socket.socket() as host:
+        host.bind(("127.0.0.1", 0))
+        host.listen()
+        port = host.getsockname()[1]
+        probe = ("import socket\nprint(repr(([n for _, n in socket.if_nameindex()], "
+                 f"socket.socket().connect_ex(('127.0.0.1', {port})))))")
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)], metadata={
+            "kernelspec": {"name": sandbox.KERNEL_NAME, "display_name": "sandboxed"}})
+        executor = CappedExecute(timeout=60, kernel_name=sandbox.KERNEL_NAME,
+                                 sockets=sandbox.sockets_folder(uid), sockets_uid=uid)
+        executor.preprocess(nb, {"metadata": {"path": str(ROOT)}})
+    interfaces, refused = eval(nb.cells[0].outputs[0]["text"])
+    assert interfaces == ["lo"] and refused != 0
+    assert os.listdir(sandbox.sockets_folder(uid)) == []
+    sandbox.remove_leftovers([uid])
+    assert not os.path.exists(sandbox.sockets_folder(uid))
+
+
+@needs_namespaces
 def test_can_nbclient_interrupt_a_runaway_cell_in_the_sandbox(uid, tmp_path, monkeypatch):
     kernelspec(tmp_path, uid=uid)
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))

@@ -1,5 +1,8 @@
 """CappedExecute: nbgrader's Execute for a kernel that runs untrusted code.
 
+With `sockets` set, it reaches the kernel over IPC sockets in a fresh folder made for that
+kernel alone (the sandboxed kernel has no network of its own: see sandbox.kernelspec).
+
 nbgrader's LimitOutput counts lines, after the whole notebook ran: one 100 MB line, or a cell
 that prints as fast as it can until its time limit, would first fill this (trusted, unlimited)
 process's memory, then the autograded notebook and the feedback page. Here output is counted
@@ -9,11 +12,15 @@ line says so. A message larger than MAX_MESSAGE is not even received from the ke
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import zmq
 from jupyter_core.utils import run_sync
 from nbformat.v4 import new_output, output_from_msg
 from nbgrader.preprocessors import Execute
-from traitlets import Int
+from traitlets import Int, Unicode
 
 MAX_MESSAGE = 64 << 20  # a message from the kernel larger than this is refused
 NOTICE = ("\n... output cut here: the grader keeps {} characters of a cell (fewer once the "
@@ -49,10 +56,28 @@ class CappedExecute(Execute):
 
     cell_chars = Int(1 << 20, help="Output characters kept per cell").tag(config=True)
     notebook_chars = Int(8 << 20, help="Output characters kept per notebook").tag(config=True)
+    sockets = Unicode("", help="Folder for the kernel's IPC sockets ('': TCP on 127.0.0.1)"
+                      ).tag(config=True)
+    sockets_uid = Int(0, help="The uid the kernel runs as, owner of its sockets").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         self._notebook_used, self._cell_used, self._cut_cells = 0, {}, set()
-        return super().preprocess(nb, resources, km)
+        self._socket_folder = None
+        try:
+            return super().preprocess(nb, resources, km)
+        finally:
+            if self._socket_folder:
+                shutil.rmtree(self._socket_folder, ignore_errors=True)
+
+    def create_kernel_manager(self):
+        km = super().create_kernel_manager()
+        if self.sockets:
+            # Made here, for this kernel only: nothing an earlier kernel of the uid left in
+            # the shared folder (a planted file, a symlink) can be in it.
+            self._socket_folder = tempfile.mkdtemp(prefix="kernel-", dir=self.sockets)
+            os.chown(self._socket_folder, self.sockets_uid, self.sockets_uid)
+            km.transport, km.ip = "ipc", os.path.join(self._socket_folder, "zmq")
+        return km
 
     async def async_start_new_kernel_client(self):
         # The client's sockets queue only a few messages and refuse one larger than
