@@ -12,6 +12,7 @@ line says so. A message larger than MAX_MESSAGE is not even received from the ke
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -68,12 +69,15 @@ class CappedExecute(Execute):
         finally:
             if self._socket_folder:
                 shutil.rmtree(self._socket_folder, ignore_errors=True)
+                with contextlib.suppress(OSError):  # no other kernel of the uid uses it
+                    os.rmdir(self.sockets)
 
     def create_kernel_manager(self):
         km = super().create_kernel_manager()
         if self.sockets:
             # Made here, for this kernel only: nothing an earlier kernel of the uid left in
             # the shared folder (a planted file, a symlink) can be in it.
+            os.makedirs(self.sockets, mode=0o755, exist_ok=True)  # the kernelspec binds it
             self._socket_folder = tempfile.mkdtemp(prefix="kernel-", dir=self.sockets)
             os.chown(self._socket_folder, self.sockets_uid, self.sockets_uid)
             km.transport, km.ip = "ipc", os.path.join(self._socket_folder, "zmq")
