@@ -300,3 +300,22 @@ def test_tree_picture_levels_match_the_step_count(monkeypatch):
         warnings.simplefilter("error")
         plots.show_tree(10)
         plots.show_ring([[1, 2], [3, 4]], step=1)
+
+
+def test_pictures_in_a_notebook_are_shown_once_and_described_in_words():
+    """Does each picture reach a notebook once, with alt text for screen readers (and for
+    the feedback page's HTML, which otherwise says no description was provided)?"""
+    import nbclient
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "from distlab.plots import show_ring, show_tree\n"
+        "show_tree(4)\nshow_ring([[1, 2], [3, 4]], step=1)")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
+    nbclient.NotebookClient(nb, timeout=120).execute()
+    images = [o for o in nb.cells[0].outputs if "image/png" in o.get("data", {})]
+    alts = [o.metadata["image/png"]["alt"] for o in images]
+    assert len(images) == 2
+    assert alts[0].startswith("Binary-tree broadcast from rank 0 to 4 ranks")
+    assert "last rank receives in step 2" in alts[0]
+    assert alts[1].startswith("Ring AllReduce over 2 GPUs after step 1 of 2")

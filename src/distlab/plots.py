@@ -109,14 +109,30 @@ def draw_ring_state(state: RingState, n: int, fig=None):
     return fig
 
 
+def _show(fig, description: str) -> None:
+    """Show fig, described in words for screen readers (and the alt text of HTML exports)."""
+    from IPython import get_ipython
+
+    if get_ipython() is None:  # a script: matplotlib's own window, or nothing (Agg)
+        plt.show()
+        return
+    from IPython.display import display
+
+    display(fig, metadata={"image/png": {"alt": description}})
+    plt.close(fig)  # or the inline backend shows it a second time, without the words
+
+
 def show_ring(gpu_grads, step: int | None = None):
     """The ring AllReduce of `gpu_grads`: a slider over the steps, or one step if given."""
     states = ring_states(gpu_grads)
     n = len(gpu_grads)
 
     def draw(step: int = 0):
-        draw_ring_state(states[step], n)
-        plt.show()
+        state = states[step]
+        what = (f"after step {state.step} of {2 * (n - 1)}, {state.phase}" if state.step
+                else "before the first step")
+        _show(draw_ring_state(state, n), f"Ring AllReduce over {n} GPUs {what}: the ring with "
+              "this step's sends, and the partial sums each GPU holds per chunk.")
 
     if step is not None:
         return draw(step)
@@ -158,4 +174,6 @@ def show_tree(num_nodes: int):
     ax.set_xlim(-0.3, 1.05), ax.set_ylim(-depth - 0.5, 0.5), ax.axis("off")
     ax.set_title(f"{num_nodes} ranks: {depth} steps (a linear broadcast needs "
                  f"{num_nodes - 1})")
-    plt.show()
+    _show(fig, f"Binary-tree broadcast from rank 0 to {num_nodes} ranks: rank i sends to "
+          f"ranks 2i+1 and 2i+2, and the last rank receives in step {depth} (a linear "
+          f"broadcast needs {num_nodes - 1}).")
