@@ -139,20 +139,25 @@ def _lengths(rng, n: int) -> list[int]:
     return picks + [int(x) for x in rng.integers(0, 3 * n + 1, size=2)]
 
 
-@exercise
-def ring_allreduce_uneven(fn, rng):
-    fn = _with_oracle_bounds(fn)
+def _reduction_cases(rng):
+    """(n, length, op, rows, total) for world sizes 1..8, lengths from _lengths and both ops:
+    rows[r] is rank r's vector of small ints, total their element-wise sum or mean."""
     for n in range(1, 9):
         for length in _lengths(rng, n):
             for op in ("sum", "mean"):
-                grads = _ints(rng, (n, length))
-                short = " (shorter than world_size)" if length < n else ""
-                case = _case(n, op, length=f"{length}{short}")
-                out = fn(copy.deepcopy(grads), op=op)
-                reduce = np.sum if op == "sum" else np.mean
-                expected = np.tile(reduce(np.asarray(grads, float).reshape(n, length), axis=0),
-                                   (n, 1))
-                _check_rows(out, expected, "gradient", case)
+                rows = _ints(rng, (n, length))
+                arr = np.asarray(rows, float).reshape(n, length)
+                yield n, length, op, rows, arr.sum(axis=0) if op == "sum" else arr.mean(axis=0)
+
+
+@exercise
+def ring_allreduce_uneven(fn, rng):
+    fn = _with_oracle_bounds(fn)
+    for n, length, op, grads, total in _reduction_cases(rng):
+        short = " (shorter than world_size)" if length < n else ""
+        case = _case(n, op, length=f"{length}{short}")
+        out = fn(copy.deepcopy(grads), op=op)
+        _check_rows(out, np.tile(total, (n, 1)), "gradient", case)
 
 
 @exercise
@@ -174,23 +179,17 @@ def ring_allgather(fn, rng):
 @exercise
 def ring_reduce_scatter(fn, rng):
     fn = _with_oracle_bounds(fn)
-    for n in range(1, 9):
-        for length in _lengths(rng, n):
-            for op in ("sum", "mean"):
-                vectors = _ints(rng, (n, length))
-                case = _case(n, op, length=length)
-                out = fn(copy.deepcopy(vectors), op=op)
-                arr = np.asarray(vectors, float).reshape(n, length)
-                total = arr.sum(axis=0) if op == "sum" else arr.mean(axis=0)
-                expected = np.array_split(total, n)
-                if not isinstance(out, list | tuple) or len(out) != n:
-                    raise AssertionError(f"{case}: expected one shard per rank ({n}), got {out!r}")
-                for r, (got, want) in enumerate(zip(out, expected, strict=True)):
-                    got = np.asarray(got, dtype=float)
-                    if got.shape != want.shape or not np.allclose(got, want):
-                        raise AssertionError(
-                            f"{case}: rank {r} holds {_fmt(got)}, expected chunk {r} of the "
-                            f"reduced vector, {_fmt(want)}")
+    for n, length, op, vectors, total in _reduction_cases(rng):
+        case = _case(n, op, length=length)
+        out = fn(copy.deepcopy(vectors), op=op)
+        expected = np.array_split(total, n)
+        if not isinstance(out, list | tuple) or len(out) != n:
+            raise AssertionError(f"{case}: expected one shard per rank ({n}), got {out!r}")
+        for r, (got, want) in enumerate(zip(out, expected, strict=True)):
+            got = np.asarray(got, dtype=float)
+            if got.shape != want.shape or not np.allclose(got, want):
+                raise AssertionError(f"{case}: rank {r} holds {_fmt(got)}, expected chunk {r} "
+                                     f"of the reduced vector, {_fmt(want)}")
 
 
 @exercise
