@@ -11,40 +11,22 @@ which, instead of stalling the whole grade.
 from __future__ import annotations
 
 import copy
-import datetime
-import os
-import tempfile
 import types
 
 import numpy as np
 
 from autograder.exercises import exercise
-
-PG_TIMEOUT_S = 5.0  # a rank that waits this long for a message is stuck
-RUN_TIMEOUT_S = 20.0  # backstop for run(): the harness's own timeouts come first
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def _fmt(values, limit: int = 8) -> str:
-    """A short, readable rendering of a list of numbers (for failure messages)."""
-    try:
-        items = [float(v) for v in values]
-    except (TypeError, ValueError):
-        return repr(values)[:80]
-    text = ", ".join(f"{v:.6g}" for v in items[:limit])
-    return f"[{text}{', ...' if len(items) > limit else ''}]"
-
-
-def _case(n: int, op: str | None = None, **extra) -> str:
-    parts = [f"world_size={n}"] + [f"{k}={v}" for k, v in extra.items()]
-    return ", ".join(parts + ([f"op={op!r}"] if op else []))
-
-
-def _ints(rng, shape) -> list:
-    """Small random integers as plain Python lists (sums stay exact, messages readable)."""
-    return rng.integers(-9, 10, size=shape).tolist()
+from autograder.exercises.checks import case as _case
+from autograder.exercises.checks import (
+    check_rows,
+    check_tensor,
+    first_rank_failure,
+    fmt,
+    ints,
+    on_ranks,
+    rank_failure,
+    short_group,
+)
 
 
 def _oracle_bounds(length: int, n: int) -> list[tuple[int, int]]:
@@ -67,25 +49,6 @@ def _with_oracle_bounds(fn):
     return patched
 
 
-def _check_rows(out, expected: np.ndarray, what: str, case: str, unit: str = "GPU") -> None:
-    """out must hold one row per GPU, row i close to expected[i]."""
-    if not isinstance(out, list | tuple) or len(out) != len(expected):
-        got = len(out) if isinstance(out, list | tuple) else type(out).__name__
-        raise AssertionError(f"{case}: expected one {what} per {unit} ({len(expected)}), got {got}")
-    for i, (row, want) in enumerate(zip(out, expected, strict=True)):
-        try:
-            row_array = np.asarray(row, dtype=float)
-        except (TypeError, ValueError):
-            raise AssertionError(f"{case}: {unit} {i} holds {row!r}, not a list of numbers"
-                                 ) from None
-        if row_array.shape != np.shape(want):
-            raise AssertionError(f"{case}: {unit} {i} holds {row_array.size} values, "
-                                 f"expected {len(want)}")
-        if not np.allclose(row_array, want, rtol=1e-9, atol=1e-9):
-            raise AssertionError(f"{case}: {unit} {i} holds {_fmt(row_array)}, "
-                                 f"expected {_fmt(want)}")
-
-
 # ---------------------------------------------------------------- simulated collectives
 
 
@@ -94,15 +57,15 @@ def ring_allreduce(fn, rng):
     for n in range(1, 9):
         for op in ("sum", "mean"):
             length = n * int(rng.integers(0 if n > 1 else 1, 4))
-            grads = _ints(rng, (n, length))
+            grads = ints(rng, (n, length))
             case = _case(n, op, grads=grads if length <= 8 else f"<{n}x{length} random>")
             out = fn(copy.deepcopy(grads), op=op)
             expected = np.sum(grads, axis=0) if op == "sum" else np.mean(grads, axis=0)
-            _check_rows(out, np.tile(expected, (n, 1)).reshape(n, length), "gradient", case)
+            check_rows(out, np.tile(expected, (n, 1)).reshape(n, length), "gradient", case)
     # a length that is not a multiple of N: refuse (ValueError) or be right, never drop data
     for n in (2, 3, 5, 8):
         length = n * int(rng.integers(1, 3)) + int(rng.integers(1, n))
-        grads = _ints(rng, (n, length))
+        grads = ints(rng, (n, length))
         case = _case(n, "sum", length=f"{length} (not a multiple of {n})")
         try:
             out = fn(copy.deepcopy(grads), op="sum")
@@ -110,7 +73,7 @@ def ring_allreduce(fn, rng):
             continue
         expected = np.tile(np.sum(grads, axis=0), (n, 1))
         try:
-            _check_rows(out, expected, "gradient", case)
+            check_rows(out, expected, "gradient", case)
         except AssertionError as err:
             raise AssertionError(f"{err} (raise ValueError rather than drop elements)") from None
 
@@ -145,7 +108,7 @@ def _reduction_cases(rng):
     for n in range(1, 9):
         for length in _lengths(rng, n):
             for op in ("sum", "mean"):
-                rows = _ints(rng, (n, length))
+                rows = ints(rng, (n, length))
                 arr = np.asarray(rows, float).reshape(n, length)
                 yield n, length, op, rows, arr.sum(axis=0) if op == "sum" else arr.mean(axis=0)
 
@@ -157,14 +120,14 @@ def ring_allreduce_uneven(fn, rng):
         short = " (shorter than world_size)" if length < n else ""
         case = _case(n, op, length=f"{length}{short}")
         out = fn(copy.deepcopy(grads), op=op)
-        _check_rows(out, np.tile(total, (n, 1)), "gradient", case)
+        check_rows(out, np.tile(total, (n, 1)), "gradient", case)
 
 
 @exercise
 def ring_allgather(fn, rng):
     for n in range(1, 9):
         for _ in range(2):
-            shards = [_ints(rng, int(rng.integers(0, 4))) for _ in range(n)]
+            shards = [ints(rng, int(rng.integers(0, 4))) for _ in range(n)]
             case = _case(n, shards=shards)
             out = fn(copy.deepcopy(shards))
             full = [v for shard in shards for v in shard]
@@ -188,15 +151,15 @@ def ring_reduce_scatter(fn, rng):
         for r, (got, want) in enumerate(zip(out, expected, strict=True)):
             got = np.asarray(got, dtype=float)
             if got.shape != want.shape or not np.allclose(got, want):
-                raise AssertionError(f"{case}: rank {r} holds {_fmt(got)}, expected chunk {r} "
-                                     f"of the reduced vector, {_fmt(want)}")
+                raise AssertionError(f"{case}: rank {r} holds {fmt(got)}, expected chunk {r} "
+                                     f"of the reduced vector, {fmt(want)}")
 
 
 @exercise
 def tree_broadcast(fn, rng):
     sizes = [1, 2, 3, 4, 7, 8, 15, 16] + [int(x) for x in rng.integers(5, 41, size=4)]
     for n in sizes:
-        data = _ints(rng, int(rng.integers(1, 4)))
+        data = ints(rng, int(rng.integers(1, 4)))
         out = fn(list(data), n)
         try:
             received, steps = out
@@ -217,7 +180,7 @@ def tree_broadcast(fn, rng):
 @exercise
 def alltoall(fn, rng):
     for n in range(1, 9):
-        blocks = [[_ints(rng, int(rng.integers(0, 3))) for _ in range(n)] for _ in range(n)]
+        blocks = [[ints(rng, int(rng.integers(0, 3))) for _ in range(n)] for _ in range(n)]
         case = _case(n, blocks=blocks if n <= 3 else f"<{n}x{n} random blocks>")
         out = fn(copy.deepcopy(blocks))
         if not isinstance(out, list | tuple) or len(out) != n:
@@ -255,30 +218,13 @@ def _hello_harness(rank, world_size, fn):
     return value, dist.is_initialized(), len(waits)
 
 
-def _run(harness, fn, n: int, *args):
-    """harness(rank, n, fn, *args) on n ranks (distlab.run; through the judge's runner when fn
-    stands for a function in the sandbox), every failure an AssertionError naming the case."""
-    import distlab
-
-    options = {"world_size": n, "init_group": False, "timeout": RUN_TIMEOUT_S}
-    try:
-        if hasattr(fn, "on_ranks"):
-            return fn.on_ranks(harness, *args, **options)
-        return distlab.run(harness, fn, *args, **options)
-    except distlab.RankError as err:
-        raise AssertionError(f"world_size={n}: {str(err).splitlines()[0]}") from None
-    except (distlab.DeadlockError, TimeoutError):
-        raise AssertionError(f"world_size={n}: the ranks were still waiting after "
-                             f"{RUN_TIMEOUT_S:g} s (a deadlock?)") from None
-
-
 @exercise
 def hello_allreduce(fn, rng):
     from distlab import require_filled
 
     require_filled(fn)
     for n in (1, 2, 3, 4):
-        results = _run(_hello_harness, fn, n)
+        results = on_ranks(_hello_harness, fn, n)
         expected = n * (n + 1) / 2
         for rank, (value, still_open, waits) in enumerate(results):
             if not isinstance(value, int | float) or value != expected:
@@ -299,37 +245,21 @@ def _p2p_harness(rank, world_size, fn, cases):
     are computed by the test, outside the ranks: under the judge these run in the sandbox,
     next to the learner's code, so nothing decided here can be trusted."""
     import torch
-    import torch.distributed as dist
 
-    def failure(err, kind):
-        text = f"{type(err).__name__}: {err}".splitlines()[0]
-        if "timed out" in text.lower():
-            return "stuck", f"waited {PG_TIMEOUT_S:g} s for a message that never came"
-        if "gloo/transport" in text or "onnection" in text or "Broken pipe" in text:
-            return "broken", text  # a peer gave up (timed out or failed) and hung up on us
-        return kind, text
-
-    # A FileStore rendezvous (a TCPStore client that comes before its server backs off ~0.5 s),
-    # named after the launcher's fresh MASTER_PORT; the last rank to leave deletes it.
-    store = os.path.join(tempfile.gettempdir(),
-                         f"distlab-p2p-{os.getppid()}-{os.environ['MASTER_PORT']}")
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=world_size, timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
     results = []
-    try:
-        for tensors, op in cases:
-            try:
-                out = fn(rank, world_size, tensors[rank].clone(), op=op)
-            except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                results.append(failure(err, "raised"))
-                break
-            if isinstance(out, torch.Tensor):
-                out = out.detach().clone()
-            results.append(("ok", out))
-    except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
-        results.append(failure(err, "broken"))
-    finally:
-        dist.destroy_process_group()
+    with short_group(rank, world_size):
+        try:
+            for tensors, op in cases:
+                try:
+                    out = fn(rank, world_size, tensors[rank].clone(), op=op)
+                except Exception as err:  # noqa: BLE001 - reported as the case's failure
+                    results.append(rank_failure(err, "raised"))
+                    break
+                if isinstance(out, torch.Tensor):
+                    out = out.detach().clone()
+                results.append(("ok", out))
+        except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
+            results.append(rank_failure(err, "broken"))
     return results
 
 
@@ -359,7 +289,7 @@ def ring_allreduce_p2p(fn, rng):
         specs = _p2p_specs(rng, n)
         cases = [([torch.from_numpy(rng.standard_normal(length)).to(dtype) for _ in range(n)],
                   op) for length, op, dtype in specs]
-        _p2p_verdict(n, specs, cases, _run(_p2p_harness, fn, n, cases))
+        _p2p_verdict(n, specs, cases, on_ranks(_p2p_harness, fn, n, cases))
 
 
 def _exact_all_reduce(tensors: list, op: str):
@@ -378,25 +308,7 @@ def _p2p_verdict(n: int, specs: list, cases: list, results: list) -> None:
         case = (f"world_size={n}, length={length}{short}, op={op!r}, "
                 f"dtype={str(dtype).replace('torch.', '')}")
         entries = [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
-        for kind in ("raised", "stuck", "broken"):
-            for rank, entry in enumerate(entries):
-                if entry[0] == kind:
-                    raise AssertionError(f"{case}: rank {rank}: {entry[1]}")
+        first_rank_failure(case, entries)
         expected = _exact_all_reduce(*cases[index])
         for rank, (_, out) in enumerate(entries):
-            _check_tensor(out, expected, case, rank)
-
-
-def _check_tensor(out, expected, case: str, rank: int) -> None:
-    import torch
-
-    if not isinstance(out, torch.Tensor):
-        raise AssertionError(f"{case}: rank {rank} returned {type(out).__name__}, not a tensor")
-    if out.shape != expected.shape or out.dtype != expected.dtype:
-        raise AssertionError(f"{case}: rank {rank} returned a {out.dtype} tensor of shape "
-                             f"{tuple(out.shape)}, expected {expected.dtype} "
-                             f"{tuple(expected.shape)}")
-    tol = 1e-5 if expected.dtype == torch.float32 else 1e-10
-    if not torch.allclose(out, expected, rtol=tol, atol=tol):
-        raise AssertionError(f"{case}: rank {rank} holds {_fmt(out.tolist())}, "
-                             f"the all-reduce is {_fmt(expected.tolist())}")
+            check_tensor(out, expected, case, rank, expected_is="the all-reduce is")
