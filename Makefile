@@ -38,7 +38,7 @@ release: setup
 	$(BIN)/python -m autograder.release
 
 grade: setup
-	$(BIN)/python -m autograder.grade
+	$(BIN)/python -m autograder.batch
 
 bench: setup
 	$(BIN)/python -m bench

@@ -14,25 +14,40 @@ import zmq
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # so the course's own preprocessors import without installing
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbconvert.preprocessors import (  # noqa: E402
+    ClearMetadataPreprocessor,
+    CSSHTMLHeaderPreprocessor,
+)
 from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties,
     CheckCellMetadata,
     ClearHiddenTests,
     ClearMarkScheme,
     ClearOutput,
     ComputeChecksums,
     GetGrades,
+    IgnorePattern,
     IncludeHeaderFooter,
     InstantiateTests,
+    LimitOutput,
     LockCells,
+    OverwriteCells,
+    OverwriteKernelspec,
+    SaveAutoGrades,
     SaveCells,
 )
 
-from autograder.preprocessors import ClearBlanks, HideTests  # noqa: E402
+from autograder.preprocessors import (  # noqa: E402
+    CappedExecute,
+    ClearBlanks,
+    DropDuplicateIds,
+    HideTests,
+    JudgeGrades,
+)
 
 c = get_config()  # noqa: F821 (provided by traitlets when this file is loaded)
 
-# `nbgrader autograde`, or one of make grade's workers (autograder/grade_worker.py)
+# `nbgrader autograde`, or one of make grade's workers (autograder/batch/worker.py)
 AUTOGRADING = "autograde" in sys.argv or os.environ.get("DISTLAB_AUTOGRADE") == "1"
 
 # All grading data lives in one git-ignored folder (DISTLAB_GRADING_DIR moves it, e.g. in tests).
@@ -82,11 +97,44 @@ if zmq.has("curve") and not AUTOGRADING:
     c.KernelManager.transport_encryption = "auto"
 
 # Autograding runs the learner's kernel in a sandbox and lets the judge, outside it, decide
-# every grade(fn) cell. Limits per cell and per submission (see autograder/judging.py):
+# every grade(fn) cell. Limits per cell and per submission (see autograder/judge/limits.py):
 # c.GradingLimits.cell_seconds = 120
 # c.GradingLimits.notebook_seconds = 1800
 # c.GradingLimits.memory_bytes = 6 << 30
 if AUTOGRADING:
-    from autograder import judging  # noqa: E402
+    from autograder.judge import limits as grading  # noqa: E402
+    from autograder.judge import sandbox  # noqa: E402
 
-    judging.configure(c)
+    flags = grading.command_line_limits(sys.argv[1:])
+    if flags is not None:
+        c.merge(flags)
+    limits = grading.GradingLimits(config=c)
+    slot = grading.slot()
+    c.Execute.kernel_name = grading.install_kernel(limits, slot)
+    if sandbox.available():
+        uid = sandbox.uid_for(slot)
+        c.CappedExecute.sockets, c.CappedExecute.sockets_uid = sandbox.sockets_folder(uid), uid
+    c.Execute.timeout = limits.cell_seconds
+    c.Execute.startup_timeout = 120
+    c.JudgeGrades.slot = slot
+
+# nbgrader's own lists. A copied cell is an ordinary cell, not a broken notebook:
+c.Autograde.sanitize_preprocessors = [
+    ClearOutput,
+    DropDuplicateIds,
+    OverwriteKernelspec,
+    OverwriteCells,
+    CheckCellMetadata,
+]
+# Execute keeping a bounded amount of output, then the judge: the trusted verdict replaces
+# whatever graded cells showed before anything reads their outputs.
+c.Autograde.autograde_preprocessors = [
+    CappedExecute,
+    JudgeGrades,
+    IgnorePattern,
+    ClearMetadataPreprocessor,
+    LimitOutput,
+    SaveAutoGrades,
+    AssignLatePenalties,
+    CheckCellMetadata,
+]

@@ -64,7 +64,7 @@ def main(students: int = 4) -> list[dict]:
         _submit(grading, students)
         env = _env(grading)
         # release once, outside the timings (make grade then finds it up to date)
-        release = ("from autograder import grade; "
+        release = ("from autograder.batch import cli as grade; "
                    f"grade.release_if_changed([{ASSIGNMENT!r}], grade.db_url())")
         subprocess.run([sys.executable, "-c", release], cwd=source.ROOT, env=env, check=True,
                        capture_output=True)
@@ -72,7 +72,7 @@ def main(students: int = 4) -> list[dict]:
                         env)
         serial += _timed([sys.executable, "-m", "nbgrader", "generate_feedback", ASSIGNMENT,
                           "--force"], env)
-        parallel = _timed([sys.executable, "-m", "autograder.grade", ASSIGNMENT], env)
+        parallel = _timed([sys.executable, "-m", "autograder.batch", ASSIGNMENT], env)
         _check_grades(grading)
         one = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT,
                       "--student", "student00", "--force"], env)

@@ -1,7 +1,7 @@
 """Can a submission get points it did not earn, change another student's grade, stop the batch,
 or leave a process, port or temporary file behind? (a submission can only hurt itself)
 
-Every kind of tests/adversarial/ is graded by the real `python -m autograder.grade`, in
+Every kind of tests/adversarial/ is graded by the real `python -m autograder.batch`, in
 batches that also grade the honest students, with small limits (LIMITS) so that the hazards
 end quickly. Each batch runs with its own TMPDIR and JUPYTER_RUNTIME_DIR, so that anything
 the run leaves in a temporary folder is seen, whatever else runs on the machine.
@@ -31,7 +31,8 @@ import pytest
 from adversarial import ALL, KINDS
 from nbgrader.api import Gradebook
 
-from autograder import sandbox, source
+from autograder import source
+from autograder.judge import sandbox
 
 ASSIGNMENT = "01_collectives"
 ROOT = source.ROOT
@@ -41,7 +42,7 @@ JOBS = 2
 # (A cell's limit costs an honest student nothing: the judge, not the kernel, decides points.)
 LIMITS = {"cell_seconds": 10, "notebook_seconds": 120, "memory_bytes": 2 << 30,
           "call_seconds": 15, "function_seconds": 30}
-SUBMISSION_TIMEOUT = 300  # grade.py's --timeout: a submission past it is stopped, not the batch
+SUBMISSION_TIMEOUT = 300  # make grade's --timeout: a submission past it is stopped
 HONEST = [name for name, kind in KINDS.items() if kind.control]
 ADVERSARIES = [name for name, kind in KINDS.items() if not kind.control]
 BATCHES = sorted({kind.batch for kind in KINDS.values()})
@@ -191,7 +192,7 @@ def grade_batch(names: list[str], base: Path) -> dict:
     env = dict(os.environ, DISTLAB_GRADING_DIR=str(grading), TMPDIR=str(tmp),
                JUPYTER_RUNTIME_DIR=str(runtime),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    command = [sys.executable, "-m", "autograder.grade", ASSIGNMENT, "--jobs", str(JOBS),
+    command = [sys.executable, "-m", "autograder.batch", ASSIGNMENT, "--jobs", str(JOBS),
                "--timeout", str(SUBMISSION_TIMEOUT),
                *(f"--GradingLimits.{key}={value}" for key, value in LIMITS.items())]
     started = time.monotonic()
@@ -278,7 +279,7 @@ def run_of(runs, name):
 
 @pytest.mark.parametrize("batch", BATCHES)
 def test_the_batch_completes_with_a_row_for_every_student(runs, batch):
-    """Does grade.py finish (exit 0) and write a CSV row for every submission, whatever they do?"""
+    """Does make grade finish (exit 0) with a CSV row for every submission, whatever they do?"""
     run = runs[batch]
     result = run["result"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -201,7 +201,7 @@ def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong
 
     # the runner without its sandbox: the sandbox has tests of its own
     monkeypatch.setattr(judge, "runner_command", lambda slot=0: [sys.executable, "-m",
-                                                                 "autograder.runner"])
+                                                                 "autograder.judge.runner"])
 
     def edit(code):
         if f"def {name}(" not in code:
@@ -250,7 +250,7 @@ def test_visible_checks_pass_on_the_reference(monkeypatch, capsys):
     """Run top to bottom (graded cells left out), does every check cell of the solved notebook
     pass and print its ✓?"""
     from autograder import source
-    from distlab import plots
+    from distlab import collectives as plots
 
     monkeypatch.setattr(plots.plt, "show", lambda *a, **k: plots.plt.close("all"))
     namespace = {"__name__": "__main__"}
@@ -272,7 +272,7 @@ def test_visible_checks_pass_on_the_reference(monkeypatch, capsys):
 def test_ring_picture_ends_with_the_sum_everywhere(n):
     """Do the ring picture's states end with every GPU holding the full sum, for uneven lengths
     too, with every copy counting all N contributions?"""
-    from distlab import plots
+    from distlab import collectives as plots
 
     grads = np.random.default_rng(n).integers(0, 9, size=(n, 2 * n + 1)).tolist()
     states = plots.ring_states(grads)
@@ -290,7 +290,7 @@ def test_ring_picture_ends_with_the_sum_everywhere(n):
 def test_tree_picture_levels_match_the_step_count(monkeypatch):
     """Does the tree picture put rank i at step floor(log2(i+1)), the last step being the
     broadcast's step count?"""
-    from distlab import plots
+    from distlab import collectives as plots
 
     broadcast = reference.reference("tree_broadcast")
     for n in range(1, 40):
@@ -309,7 +309,7 @@ def test_pictures_in_a_notebook_are_shown_once_and_described_in_words():
     import nbformat
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "from distlab.plots import show_ring, show_tree\n"
+        "from distlab.collectives import show_ring, show_tree\n"
         "show_tree(4)\nshow_ring([[1, 2], [3, 4]], step=1)")],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
     nbclient.NotebookClient(nb, timeout=120).execute()

@@ -11,8 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import sandbox, source
-from autograder.grade_worker import problem
+from autograder import source
+from autograder.batch.worker import problem
+from autograder.judge import sandbox
 
 ASSIGNMENT = "01_collectives"
 TIMEOUT = 45  # make grade's --timeout here: a solved submission takes 12-20 s on 2 cores
@@ -24,7 +25,7 @@ def _env(grading: Path) -> dict:
 
 
 def _grade(grading: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autograder.grade", ASSIGNMENT, *flags],
+    return subprocess.run([sys.executable, "-m", "autograder.batch", ASSIGNMENT, *flags],
                           cwd=source.ROOT, env=_env(grading), capture_output=True, text=True,
                           timeout=600)
 

@@ -48,7 +48,7 @@ def graded(tmp_path_factory):
         nbformat.write(nb, folder / f"{ASSIGNMENT}.ipynb")
     env = dict(os.environ, DISTLAB_GRADING_DIR=str(grading),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    result = subprocess.run([sys.executable, "-m", "autograder.grade", ASSIGNMENT],
+    result = subprocess.run([sys.executable, "-m", "autograder.batch", ASSIGNMENT],
                             cwd=source.ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     with (grading / "grades" / f"{ASSIGNMENT}.csv").open() as handle:

@@ -1,4 +1,4 @@
-"""Can learner code in `autograder.sandbox` hurt anything but itself?
+"""Can learner code in `autograder.judge.sandbox` hurt anything but itself?
 
 Run: .venv/bin/python -m pytest tests/test_sandbox.py -q   (about 30 s; needs root and unshare)
 """
@@ -20,8 +20,9 @@ import nbclient
 import nbformat
 import pytest
 
-from autograder import sandbox, source
-from autograder.sandbox import Limits, kernelspec, wrap
+from autograder import source
+from autograder.judge import sandbox
+from autograder.judge.sandbox import Limits, kernelspec, wrap
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable

@@ -37,7 +37,7 @@ class JudgeGrades(NbGraderPreprocessor):
             match = GRADE_CALL.search(cell.source) if cell.cell_type == "code" else None
             if utils.is_grade(cell) and match:
                 graded.append((cell, match[1], float(match[2]) if match[2] else None))
-        from autograder.judging import GradingLimits
+        from autograder.judge.limits import GradingLimits
 
         limits = GradingLimits(parent=self)  # the submission's limits hold for the judge too
         try:

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from distlab import _____, run
-from distlab.plots import show_ring, show_tree
+from distlab.collectives import show_ring, show_tree
 
 # %% [markdown]
 # ## 1. Ring AllReduce, simulated

@@ -1,4 +1,4 @@
-"""The untrusted half of grading: `python -m autograder.runner`, started by the judge inside
+"""The untrusted half of grading: `python -m autograder.judge.runner`, started by the judge inside
 the sandbox. It defines the learner's notebook code, then answers the judge's requests (call
 the function on these inputs; run it on N ranks through this harness) with plain values.
 
@@ -16,8 +16,8 @@ import os
 import sys
 import warnings
 
-from autograder import wire
 from autograder.definitions import definitions
+from autograder.judge import wire
 
 
 def define(cells: list[str]) -> dict:

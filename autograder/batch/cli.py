@@ -1,12 +1,12 @@
 """Grade every submission with nbgrader, in parallel (`make grade`).
 
-    python -m autograder.grade [assignment ...] [--jobs N] [--timeout SECONDS]
+    python -m autograder.batch [assignment ...] [--jobs N] [--timeout SECONDS]
                                [--GradingLimits.NAME=VALUE ...]
 
 Submissions live in grading/submitted/<student>/<assignment>/<assignment>.ipynb (nbgrader's
 layout; `nbgrader collect` or `nbgrader zip_collect` put them there). N slots grade them at
 once (nbgrader's own autograde is serial): each slot has its own sandbox uid and a long-lived
-worker (autograder/grade_worker.py) running what `nbgrader autograde --student` and
+worker (autograder/batch/worker.py) running what `nbgrader autograde --student` and
 `nbgrader generate_feedback --student` run, submission after submission; its log is
 grading/logs/slot<N>.log. Then one CSV per assignment is written to grading/grades/.
 Regrading is idempotent: the same submissions give the same grades, and nothing else in the
@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from queue import SimpleQueue
 
-from autograder import grade_worker, nbgrader_cli, sandbox, source
+from autograder import nbgrader_cli, source
+from autograder.batch import worker
+from autograder.judge import sandbox
 
 GRADING = source.GRADING
 SUBMITTED = GRADING / "submitted"
@@ -97,7 +99,7 @@ class WorkerDied(Exception):
 
 
 class Slot:
-    """Sandbox slot `number` and the worker (autograder/grade_worker.py) grading in it, one
+    """Sandbox slot `number` and the worker (autograder/batch/worker.py) grading in it, one
     submission at a time. The worker runs in a PID namespace of its own (nbgrader_cli.CONTAIN):
     killing it when a submission runs out of time ends its kernel and runners too; the next
     submission starts a fresh worker."""
@@ -115,7 +117,7 @@ class Slot:
             self._logged = self.log.stat().st_size if self.log.exists() else 0
             with self.log.open("a") as log:
                 self.proc = nbgrader_cli.popen(
-                    [sys.executable, "-m", "autograder.grade_worker", str(self.number),
+                    [sys.executable, "-m", "autograder.batch.worker", str(self.number),
                      *self.limits], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
             self._ready = False
         return self
@@ -133,7 +135,7 @@ class Slot:
                 self.close(kill=True)
                 with self.log.open(errors="replace") as log:
                     log.seek(self._logged)
-                    raise WorkerDied(grade_worker.problem(log.read()[-20000:]))
+                    raise WorkerDied(worker.problem(log.read()[-20000:]))
             line += chunk
         return json.loads(line)
 

@@ -1,6 +1,6 @@
 """One slot of `make grade`: an nbgrader that stays up and grades submission after submission.
 
-    python -m autograder.grade_worker SLOT [--GradingLimits.NAME=VALUE ...]
+    python -m autograder.batch.worker SLOT [--GradingLimits.NAME=VALUE ...]
 
 It speaks one JSON line at a time, on stdout (nbgrader's log goes to stderr):
 

@@ -1,6 +1,6 @@
 """The trusted half of grading: decide a graded function's points outside the learner's kernel.
 
-The judge reads the submitted notebook's code as text, starts `autograder.runner` in the
+The judge reads the submitted notebook's code as text, starts `autograder.judge.runner` in the
 sandbox to define it, and runs the same hidden test as `grade()` with a `Remote` in place of
 the learner's function: the test (inputs, oracle, verdict) runs here, only the learner's calls
 run there, and only plain values come back. Locating the wrong blank works the same way, each
@@ -19,8 +19,8 @@ import subprocess
 import sys
 import time
 
-from autograder import wire
 from autograder.definitions import functions
+from autograder.judge import wire
 from autograder.source import ROOT
 
 CALL_TIMEOUT = 60.0  # s per call of a learner's function; GradingLimits.call_seconds sets it
@@ -45,9 +45,9 @@ def _raise(reply: dict):
 def runner_command(slot: int = 0, limits=None) -> list[str]:
     """The runner's command line: sandboxed (private network too) where the sandbox works,
     with `limits` (a sandbox.Limits; default: the sandbox's)."""
-    from autograder import sandbox
+    from autograder.judge import sandbox
 
-    argv = [sys.executable, "-m", "autograder.runner"]
+    argv = [sys.executable, "-m", "autograder.judge.runner"]
     if not sandbox.available():
         return argv
     return sandbox.wrap(argv, uid=sandbox.uid_for(slot), network=False,
@@ -55,7 +55,7 @@ def runner_command(slot: int = 0, limits=None) -> list[str]:
 
 
 class Runner:
-    """One `autograder.runner` process holding one definition of the submission's code.
+    """One `autograder.judge.runner` process holding one definition of the submission's code.
 
     Each call may take `call_seconds`; all of them together must end by `deadline` (a
     time.monotonic() value): after it every request fails at once, without starting anything.

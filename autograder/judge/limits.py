@@ -1,9 +1,8 @@
-"""How `nbgrader autograde` grades this course: the learner's kernel runs in the sandbox and
-the judge, not the kernel, decides every `grade(fn)` cell.
+"""What one submission may use while it is graded, and the sandboxed kernel it runs in.
 
-nbgrader_config.py calls `configure(c)` for the autograde command only. `make grade` runs
-several autogrades at once and gives each a slot (DISTLAB_SLOT): its own sandbox uid, so
-one submission's process limit or memory cannot touch another's.
+nbgrader_config.py reads these for autograding. `make grade` runs several autogrades at once
+and gives each a slot (DISTLAB_SLOT): its own sandbox uid, so one submission's process limit
+or memory cannot touch another's.
 """
 
 from __future__ import annotations
@@ -15,7 +14,8 @@ import sys
 from traitlets import Float, Int
 from traitlets.config import Configurable
 
-from autograder import judge, sandbox
+from autograder import judge
+from autograder.judge import sandbox
 from autograder.source import GRADING
 
 
@@ -64,53 +64,10 @@ def install_kernel(limits: GradingLimits, slot_number: int) -> str:
     return sandbox.KERNEL_NAME
 
 
-def configure(c) -> None:
-    """Sandboxed kernel, limits, and the judge in nbgrader's autograde pipeline."""
-    from nbconvert.preprocessors import ClearMetadataPreprocessor
-    from nbgrader.preprocessors import (
-        AssignLatePenalties,
-        CheckCellMetadata,
-        ClearOutput,
-        IgnorePattern,
-        LimitOutput,
-        OverwriteCells,
-        OverwriteKernelspec,
-        SaveAutoGrades,
-    )
+def command_line_limits(argv: list[str]):
+    """`--GradingLimits.NAME=VALUE` flags of a command line, as a config to merge: nbgrader's
+    config file does not see the command line, and the kernelspec is written from them."""
     from traitlets.config.loader import KVArgParseConfigLoader
 
-    from autograder.preprocessors import CappedExecute, DropDuplicateIds, JudgeGrades
-
-    # `--GradingLimits.NAME=VALUE` on nbgrader's command line (make grade passes them on): this
-    # file's `c` does not see the command line, and the kernelspec is written from it here.
-    flags = [arg for arg in sys.argv[1:] if arg.startswith("--GradingLimits.")]
-    if flags:
-        c.merge(KVArgParseConfigLoader(argv=flags).load_config())
-    limits = GradingLimits(config=c)
-    c.Execute.kernel_name = install_kernel(limits, slot())
-    if sandbox.available():
-        uid = sandbox.uid_for(slot())
-        c.CappedExecute.sockets, c.CappedExecute.sockets_uid = sandbox.sockets_folder(uid), uid
-    c.Execute.timeout = limits.cell_seconds
-    c.Execute.startup_timeout = 120
-    c.JudgeGrades.slot = slot()
-    # nbgrader's own lists. A copied cell is an ordinary cell, not a broken notebook:
-    c.Autograde.sanitize_preprocessors = [
-        ClearOutput,
-        DropDuplicateIds,
-        OverwriteKernelspec,
-        OverwriteCells,
-        CheckCellMetadata,
-    ]
-    # Execute keeping a bounded amount of output, then the judge: the trusted verdict replaces
-    # whatever graded cells showed before anything reads their outputs.
-    c.Autograde.autograde_preprocessors = [
-        CappedExecute,
-        JudgeGrades,
-        IgnorePattern,
-        ClearMetadataPreprocessor,
-        LimitOutput,
-        SaveAutoGrades,
-        AssignLatePenalties,
-        CheckCellMetadata,
-    ]
+    flags = [arg for arg in argv if arg.startswith("--GradingLimits.")]
+    return KVArgParseConfigLoader(argv=flags).load_config() if flags else None
