@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup lab test release grade bench lint clean
+.PHONY: setup lab test quick release grade bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -31,8 +31,14 @@ lab: setup
 	JUPYTER_CONFIG_PATH="$(CURDIR)/lab-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 		$(BIN)/jupyter lab $(ROOT_FLAG) $(LAB_ARGS)
 
+# Everything, as CI runs it: unit tests, then the slow system tests under tests/system/ (real
+# grading batches, Lab servers, the browser when a chromium is installed).
 test: setup
 	$(BIN)/python -m pytest
+
+# The edit loop: the unit tests only (tests marked slow are skipped).
+quick: setup
+	$(BIN)/python -m pytest -m "not slow"
 
 release: setup
 	$(BIN)/python -m autograder.release

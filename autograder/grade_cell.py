@@ -38,7 +38,8 @@ def quiet():
     saved = []
     try:
         for fd in (1, 2):
-            sys.stdout.flush(), sys.stderr.flush()
+            sys.stdout.flush()
+            sys.stderr.flush()
             saved.append((fd, os.dup(fd)))
             tmp = tempfile.TemporaryFile()
             os.dup2(tmp.fileno(), fd)

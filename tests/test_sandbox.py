@@ -371,10 +371,8 @@ def test_without_a_memory_cgroup_does_rlimit_as_stop_a_memory_hog(uid):
 
 @needs_namespaces
 def test_is_cpu_spin_killed_by_the_cpu_limit(uid):
-    start = time.monotonic()
     result = sandboxed("while True: pass", uid, limits=Limits(cpu_seconds=1))
     assert result.returncode in (128 + signal.SIGXCPU, 128 + signal.SIGKILL)
-    assert time.monotonic() - start < 30
 
 
 @needs_namespaces

@@ -24,7 +24,6 @@ import html
 import json
 import os
 import re
-import select
 import sqlite3
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from queue import SimpleQueue
 
 from autograder import nbgrader_cli, source
 from autograder.batch import worker
-from autograder.judge import sandbox
+from autograder.judge import sandbox, wire
 
 GRADING = source.GRADING
 SUBMITTED = GRADING / "submitted"
@@ -125,19 +124,14 @@ class Slot:
     def _reply(self, deadline: float) -> dict | None:
         """The worker's next line; None when `deadline` (time.monotonic) passes first.
         WorkerDied when it ends before answering (its log since `_logged` says why)."""
-        proc, line = self.proc, b""
-        while not line.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
-                return None
-            chunk = os.read(proc.stdout.fileno(), 1 << 16)
-            if not chunk:
-                self.close(kill=True)
-                with self.log.open(errors="replace") as log:
-                    log.seek(self._logged)
-                    raise WorkerDied(worker.problem(log.read()[-20000:]))
-            line += chunk
-        return json.loads(line)
+        try:
+            line = wire.read_line(self.proc.stdout, deadline)
+        except wire.Closed:
+            self.close(kill=True)
+            with self.log.open(errors="replace") as log:
+                log.seek(self._logged)
+                raise WorkerDied(worker.problem(log.read()[-20000:])) from None
+        return None if line is None else json.loads(line)
 
     def ready(self, timeout: float = 300) -> Slot:
         """Wait until the worker has loaded nbgrader and its configuration."""

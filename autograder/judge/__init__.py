@@ -13,7 +13,6 @@ from __future__ import annotations
 import builtins
 import math
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -69,10 +68,8 @@ class Runner:
         self._proc = None
 
     def _start(self):
-        command = (runner_command(self._slot) if self._limits is None
-                   else runner_command(self._slot, self._limits))
         self._proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            runner_command(self._slot, self._limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
             env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}"})
         self.ask(self._load)
@@ -97,21 +94,17 @@ class Runner:
         except (BrokenPipeError, OSError):
             self.close()
             raise RuntimeError("the code under test stopped the process running it") from None
-        line, deadline = b"", time.monotonic() + timeout
-        while not line.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            ready = select.select([proc.stdout], [], [], max(left, 0))[0] if left > 0 else []
-            if not ready:
-                self.close()
-                raise TimeoutError(why)
-            chunk = os.read(proc.stdout.fileno(), 1 << 20)
-            if not chunk:
-                self.close()
-                raise RuntimeError("the code under test stopped the process running it")
-            line += chunk
-            if len(line) > wire.MAX_MESSAGE:
-                self.close()
-                raise RuntimeError("the function returned far too much data")
+        try:
+            line = wire.read_line(proc.stdout, time.monotonic() + timeout)
+        except wire.Closed:
+            self.close()
+            raise RuntimeError("the code under test stopped the process running it") from None
+        except ValueError:
+            self.close()
+            raise RuntimeError("the function returned far too much data") from None
+        if line is None:
+            self.close()
+            raise TimeoutError(why)
         try:
             reply = wire.loads(line)
             if "ok" in reply:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import json
 import os
@@ -188,8 +189,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def _check(result: int, what: str) -> None:
     if result != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
 def _mount(source, target, fstype=None, flags=0, data=None) -> None:
@@ -275,7 +276,7 @@ def _make_readonly() -> None:
         except OSError as exc:
             # EINVAL: not a mount point from here: covered by a later mount (the host's /proc
             # submounts under our fresh /proc), so out of reach anyway.
-            if exc.errno != 22:
+            if exc.errno != errno.EINVAL:
                 raise
 
 
@@ -326,7 +327,9 @@ def _enter(config: dict, copy_in: list[str], argv: list[str], rlimit_as: bool) -
     for path, data in copies.items():
         copy = os.path.join("/tmp", os.path.basename(path))
         fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        os.write(fd, data), os.fchown(fd, uid, uid), os.close(fd)
+        os.write(fd, data)
+        os.fchown(fd, uid, uid)
+        os.close(fd)
         argv = [copy if arg == path else arg for arg in argv]
     try:  # again by name: the old cwd may be under a mount we just made (host /tmp, hidden)
         os.chdir(cwd)

@@ -9,8 +9,34 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import select
+import time
 
 MAX_MESSAGE = 64 << 20  # a reply larger than this is a failure, not a memory bomb
+
+
+class Closed(EOFError):
+    """The other end closed the stream before a whole line came."""
+
+
+def read_line(stream, deadline: float, max_bytes: int = MAX_MESSAGE) -> bytes | None:
+    """The next line from a child's stdout pipe, or None if `deadline` (time.monotonic())
+    passes first. Raises Closed at end of stream, ValueError past `max_bytes`. Used for the
+    judge's runner and make grade's workers: neither can make its reader wait past a deadline.
+    """
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([stream], [], [], left)[0]:
+            return None
+        chunk = os.read(stream.fileno(), 1 << 20)
+        if not chunk:
+            raise Closed("the process ended before it answered")
+        line += chunk
+        if len(line) > max_bytes:
+            raise ValueError("the answer is far too long")
+    return line
 
 
 def encode(value):

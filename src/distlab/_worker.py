@@ -39,12 +39,13 @@ from distlab import launch
 
 P2P_OPS = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
 PEER_NAMES = ("src", "dst", "group_src", "group_dst")
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its parent dies
 
 
 def die_with_parent(parent_pid: int) -> None:
     """Ask Linux to SIGKILL us when our parent dies, so no rank outlives a crashed notebook."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
 

@@ -91,8 +91,8 @@ def draw_ring_state(state: RingState, n: int, fig=None):
         ax_ring.add_patch(plt.Circle((x, y), 0.2, color="tab:blue", zorder=3))
         ax_ring.text(x, y, f"GPU{i}", color="white", ha="center", va="center", zorder=4,
                      fontsize=9)
-    ax_ring.set_xlim(-1.6, 1.6), ax_ring.set_ylim(-1.6, 1.6)
-    ax_ring.set_aspect("equal"), ax_ring.axis("off")
+    ax_ring.set(xlim=(-1.6, 1.6), ylim=(-1.6, 1.6), aspect="equal")
+    ax_ring.axis("off")
 
     ax_table.imshow(state.counts / n, cmap="Blues", vmin=0, vmax=1.6)
     changed = {(dst, j) for _, dst, j in state.sends}
@@ -171,7 +171,8 @@ def show_tree(num_nodes: int):
     for level in range(depth + 1):
         ax.text(-0.05, -level, "root" if level == 0 else f"step {level}", ha="right",
                 va="center")
-    ax.set_xlim(-0.3, 1.05), ax.set_ylim(-depth - 0.5, 0.5), ax.axis("off")
+    ax.set(xlim=(-0.3, 1.05), ylim=(-depth - 0.5, 0.5))
+    ax.axis("off")
     ax.set_title(f"{num_nodes} ranks: {depth} steps (a linear broadcast needs "
                  f"{num_nodes - 1})")
     _show(fig, f"Binary-tree broadcast from rank 0 to {num_nodes} ranks: rank i sends to "

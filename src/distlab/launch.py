@@ -126,11 +126,6 @@ def log_path() -> str:
     return os.path.join(log_dir(), "workers.log")
 
 
-def prestart() -> None:
-    """Start the zygote now, in the background, so the first run() skips the torch import."""
-    _get_pool()
-
-
 def shutdown() -> None:
     """Stop every rank and the zygote; the next run() starts them again."""
     global _pool

@@ -1,0 +1,91 @@
+"""Does the judge run a submission's functions in a separate runner, bring back only plain
+values, and stop a call that runs too long or kills its process? (The sandbox around the
+runner has tests of its own: here the runner runs without it.)"""
+
+import math
+import time
+
+import pytest
+
+from autograder import judge
+from autograder.judge import sandbox
+
+CELLS = [
+    "import os, time\n",
+    "def double(x):\n    return 2 * x\n",
+    "def slow():\n    time.sleep(60)\n",
+    "def leave():\n    os._exit(3)\n",
+    "def fail():\n    raise KeyError('missing')\n",
+    "def odd():\n    class Thing: pass\n    return Thing()\n",
+    "print('a check cell that must not run in the runner')\nraise SystemExit\n",
+]
+
+
+@pytest.fixture(autouse=True)
+def no_sandbox(monkeypatch):
+    monkeypatch.setattr(sandbox, "available", lambda: False)
+
+
+@pytest.fixture
+def runner():
+    runner = judge.Runner(CELLS, call_seconds=3)
+    yield runner
+    runner.close()
+
+
+def test_a_call_comes_back_as_a_plain_value(runner):
+    """Does a call of a submitted function return its value?"""
+    assert judge.Remote(runner, "double")(21) == 42
+    assert judge.Remote(runner, "double")([1]) == [1, 1]
+
+
+def test_a_builtin_exception_is_raised_as_itself(runner):
+    """Does a KeyError in the learner's code come back as a KeyError?"""
+    with pytest.raises(KeyError, match="missing"):
+        judge.Remote(runner, "fail")()
+
+
+def test_a_value_that_cannot_cross_is_an_error_not_an_object(runner):
+    """Is an object of the learner's class refused on the runner's side?"""
+    with pytest.raises(TypeError, match="cannot send a Thing"):
+        judge.Remote(runner, "odd")()
+
+
+def test_a_slow_call_is_stopped_after_call_seconds(runner):
+    """Does a call that does not return within call_seconds raise TimeoutError, and is the
+    runner replaced for the next call?"""
+    with pytest.raises(TimeoutError, match="did not return within 3 s"):
+        judge.Remote(runner, "slow")()
+    assert judge.Remote(runner, "double")(1) == 2
+
+
+def test_a_call_that_kills_its_process_is_an_error(runner):
+    """Does os._exit in the learner's code fail the call, not the judge?"""
+    with pytest.raises(RuntimeError, match="stopped the process"):
+        judge.Remote(runner, "leave")()
+
+
+def test_past_the_deadline_nothing_starts():
+    """After the function's deadline, does every request fail at once without a runner?"""
+    late = judge.Runner(CELLS, deadline=time.monotonic() - 1)
+    with pytest.raises(TimeoutError, match="ran out"):
+        judge.Remote(late, "double")(1)
+    assert late._proc is None
+
+
+def test_an_undefined_function_is_a_name_error(runner):
+    """Is a graded function the submission never defined a NameError?"""
+    with pytest.raises(NameError, match="'missing'"):
+        judge.Remote(runner, "missing")()
+
+
+def test_verdicts_grade_each_function_and_survive_a_broken_one():
+    """Does verdicts() give the reference full points and a missing function zero, in order?"""
+    from autograder import reference
+
+    cells = [f"import numpy as np\n{reference.locate('chunk_bounds')[1].source}\n"]
+    verdicts = judge.verdicts(cells, [("chunk_bounds", None), ("ring_allgather", None)], "t",
+                              call_seconds=10, function_seconds=math.inf)
+    (earned, possible, _), (zero, _, report) = verdicts
+    assert earned == possible > 0
+    assert zero == 0 and "ring_allgather" in report[0]
