@@ -1,6 +1,7 @@
 """Can learner code in `autograder.judge.sandbox` hurt anything but itself?
 
-Run: .venv/bin/python -m pytest tests/test_sandbox.py -q   (about 30 s; needs root and unshare)
+Run: .venv/bin/python -m pytest tests/judge/test_sandbox.py -q
+(about 30 s; needs root and unshare)
 """
 
 import errno
@@ -24,7 +25,7 @@ from autograder import source
 from autograder.judge import sandbox
 from autograder.judge.sandbox import Limits, kernelspec, wrap
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 MiB = 1 << 20
 

@@ -1,15 +1,15 @@
 """Can a submission get points it did not earn, change another student's grade, stop the batch,
 or leave a process, port or temporary file behind? (a submission can only hurt itself)
 
-Every kind of tests/adversarial/ is graded by the real `python -m autograder.batch`, in
+Every kind of tests/system/adversarial/ is graded by the real `python -m autograder.batch`, in
 batches that also grade the honest students, with small limits (LIMITS) so that the hazards
 end quickly. Each batch runs with its own TMPDIR and JUPYTER_RUNTIME_DIR, so that anything
 the run leaves in a temporary folder is seen, whatever else runs on the machine.
 
-Run: .venv/bin/python -m pytest tests/test_adversarial.py -q -s   (about 8 minutes on 2 cores;
--s shows each submission's time). Needs the sandbox (root, unshare): without it the learner's
-kernel runs as the grader, and these submissions would really write into solutions/ and leave
-daemons behind, so the module is skipped.
+Run: .venv/bin/python -m pytest tests/system/test_adversarial.py -q -s
+(about 4 minutes on 2 cores; -s shows each submission's time). Needs the sandbox (root,
+unshare): without it the learner's kernel runs as the grader, and these submissions would
+really write into solutions/ and leave daemons behind, so the module is skipped.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 (no kernel dialog), Run All shows a BlankNotFilled message, nbgrader's menus for instructors
 are absent, and the Validate button opens a dialog with the result.
 
-Needs Chromium and Playwright, which the course does not install (they are skipped without):
-    apt-get install -y chromium && .venv/bin/pip install playwright   (not `playwright install`)
-Run: .venv/bin/python -m pytest tests/e2e -q   (about 30 s); screenshots go to /tmp/lab-*.png
+Needs Chromium (`apt-get install -y chromium`; .ci/run installs it) and Playwright (a dev
+dependency; never `playwright install`); without Chromium the tests are skipped and say how.
+Run: .venv/bin/python -m pytest tests/system/test_browser.py -q   (about 30 s); screenshots go
+to $DISTLAB_SCREENSHOTS (default /tmp/lab-*.png)
 """
 
 import importlib.util
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lab_server import NOTEBOOK, ROOT, LabServer, unavailable  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -26,7 +27,8 @@ SHOTS = Path(os.environ.get("DISTLAB_SCREENSHOTS", "/tmp"))
 
 pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"no {CHROMIUM} (apt-get install chromium) for the browser test"),
+                       reason=f"no {CHROMIUM}: `apt-get install -y chromium` (as root) "
+                       "runs the browser tests"),
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
                        reason="playwright is not installed (pip install playwright)"),
     pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),

@@ -5,7 +5,7 @@ Each kind is one builder: it takes the solved or the released notebook (nbformat
 the submission: a notebook, raw bytes for a file that is not one, or {file name: notebook or
 bytes} for a submission folder with more files in it. Its docstring says the attack and the
 outcome `make grade` must give. `KINDS` lists them all, in a stable order;
-tests/test_adversarial.py grades them in batches, next to honest students, and checks that
+tests/system/test_adversarial.py grades them in batches, next to honest students, and checks that
 each one gets no points it did not earn and leaves nothing behind.
 
     from adversarial import KINDS

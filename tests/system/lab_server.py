@@ -23,7 +23,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = "01_collectives/01_collectives.ipynb"
 MARKER = "DISTLAB_LAB_TEST"
 

@@ -2,8 +2,8 @@
 opens with its kernel and its `_____` blanks, the kernel runs the cells, and nbgrader's
 Validate button says what is left to do, or that all is well, with no warning or traceback.
 
-The servers are started by `make lab` itself (tests/lab_server.py), with a free port, a
-token and no browser. Run: .venv/bin/python -m pytest tests/test_lab.py -q   (about 30 s)
+The servers are started by `make lab` itself (tests/system/lab_server.py), with a free port, a
+token and no browser. Run: .venv/bin/python -m pytest tests/system/test_lab.py -q   (about 30 s)
 """
 
 import os

@@ -1,0 +1,140 @@
+"""Does real grading give every notebook fair grades? One `make grade` batch grades, for each
+notebook, three students: the solved source (full marks), the untouched learner notebook (0,
+with the unfilled blanks named) and the solved source with one wrong blank (that blank's points
+lost, and named). One solved submission also goes through nbgrader's own CLI.
+"""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import source
+from autograder.markers import blank_source
+from autograder.nbgrader_cli import nbgrader
+
+IDS = source.assignment_ids()
+# per notebook: a graded function, one of its blanks, and a wrong answer for it
+WRONG = {
+    "01_collectives": ("ring_allreduce", 2, lambda answer: f"({answer}) + 1"),
+}
+KINDS = ("solved", "untouched", "one_wrong")
+
+
+def one_wrong_blank(assignment):
+    """The solved notebook with one blank answered wrongly."""
+    function, number, wrong = WRONG[assignment]
+    nb = source.load(assignment)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == function:
+            blank = blank_source(cell.source)[1][number - 1]
+            lines = cell.source.split("\n")
+            lines[blank.line - 1] = lines[blank.line - 1].replace(
+                blank.answer, wrong(blank.answer), 1)
+            cell.source = "\n".join(lines)
+            return nb
+    raise AssertionError(f"{assignment}: no solution cell {function}")
+
+
+def submission(assignment, kind):
+    if kind == "solved":
+        return source.load(assignment)
+    if kind == "untouched":
+        path = source.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
+        return nbformat.read(str(path), as_version=4)
+    return one_wrong_blank(assignment)
+
+
+@pytest.fixture(scope="module")
+def grading(tmp_path_factory):
+    grading = tmp_path_factory.mktemp("grading")
+    env = dict(os.environ, DISTLAB_GRADING_DIR=str(grading),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return grading, env
+
+
+@pytest.fixture(scope="module")
+def graded(grading):
+    grading, env = grading
+    for assignment in IDS:
+        if assignment not in WRONG:
+            continue
+        for kind in KINDS:
+            folder = grading / "submitted" / kind / assignment
+            folder.mkdir(parents=True)
+            nbformat.write(submission(assignment, kind), folder / f"{assignment}.ipynb")
+    result = subprocess.run([sys.executable, "-m", "autograder.batch", *WRONG],
+                            cwd=source.ROOT, env=env, capture_output=True, text=True,
+                            timeout=1800)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows, feedback = {}, {}
+    for assignment in WRONG:
+        with (grading / "grades" / f"{assignment}.csv").open() as handle:
+            rows[assignment] = {row["student"]: row for row in csv.DictReader(handle)}
+        feedback[assignment] = {
+            kind: (grading / "feedback" / kind / assignment / f"{assignment}.html").read_text()
+            for kind in KINDS}
+    return rows, feedback
+
+
+@pytest.mark.parametrize("assignment", IDS)
+def test_every_notebook_has_a_wrong_blank_to_grade(assignment):
+    """Is every notebook in the grading batch (a wrong blank listed for it in WRONG)?"""
+    assert assignment in WRONG
+
+
+@pytest.mark.parametrize("assignment", IDS)
+def test_solved_source_gets_full_marks(graded, assignment):
+    """Does the solved source, submitted as a student, earn every point?"""
+    row = graded[0][assignment]["solved"]
+    assert float(row["score"]) == float(row["max_score"]) > 0, row
+
+
+@pytest.mark.parametrize("assignment", IDS)
+def test_untouched_notebook_gets_zero_and_feedback_lists_unfilled_blanks(graded, assignment):
+    """Does the untouched learner notebook earn 0, with feedback naming unfilled blanks?"""
+    rows, feedback = graded
+    assert float(rows[assignment]["untouched"]["score"]) == 0
+    assert "not filled yet: [1]" in feedback[assignment]["untouched"]
+
+
+@pytest.mark.parametrize("assignment", IDS)
+def test_one_wrong_blank_costs_its_point_and_is_named(graded, assignment):
+    """Does one wrong blank cost that blank's point only, and does feedback name it?"""
+    rows, feedback = graded
+    function, number, _ = WRONG[assignment]
+    row, solved = rows[assignment]["one_wrong"], rows[assignment]["solved"]
+    cell = f"{function}_tests"
+    assert float(row["score"]) == float(row["max_score"]) - 1
+    assert float(row[cell]) == float(solved[cell]) - 1
+    assert f"looks wrong: [{number}]" in feedback[assignment]["one_wrong"]
+
+
+@pytest.mark.parametrize("assignment", IDS)
+def test_feedback_never_shows_hidden_tests(graded, assignment):
+    """Is no hidden-test source in any feedback page?"""
+    for html in graded[1][assignment].values():
+        assert "HIDDEN TESTS" not in html
+        assert "autograder.grade_cell" not in html
+
+
+def test_nbgrader_cli_grades_like_make_grade(grading, graded):
+    """Does `nbgrader autograde` itself (same config: sandbox and judge) give the solved
+    source the same full marks as make grade?"""
+    grading, env = grading
+    assignment = IDS[0]
+    folder = grading / "submitted" / "cli" / assignment
+    folder.mkdir(parents=True)
+    nbformat.write(source.load(assignment), folder / f"{assignment}.ipynb")
+    overrides = {"db_url": f"sqlite:///{grading / 'gradebook.db'}"}
+    nbgrader("autograde", assignment, "--student", "cli", "--force", env=env, timeout=900,
+             **overrides)
+    from nbgrader.api import Gradebook
+
+    with Gradebook(overrides["db_url"]) as book:
+        score = book.find_submission(assignment, "cli").score
+    assert score == float(graded[0][assignment]["solved"]["score"])
