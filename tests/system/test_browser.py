@@ -18,7 +18,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_server import NOTEBOOK, ROOT, LabServer, unavailable  # noqa: E402
+from lab_server import ROOT, LabServer, unavailable  # noqa: E402
+
+from autograder import source  # noqa: E402
+
+IDS = source.assignment_ids()
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -47,21 +51,35 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(lab):
+def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
-        page = context.new_page()
-        page.console_errors = []
-        page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
-        page.on("pageerror", lambda e: page.console_errors.append(str(e)))
         try:
-            yield page
+            yield browser
         finally:
-            context.close()
             browser.close()
+
+
+@pytest.fixture(scope="module", params=IDS)
+def page(request, lab, browser):
+    """A fresh browser tab on one notebook, its kernel idle (one notebook after the other)."""
+    assignment = request.param
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.assignment = assignment
+    page.console_errors = []
+    page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
+    page.on("pageerror", lambda e: page.console_errors.append(str(e)))
+    page.goto(f"{lab.url}/lab/tree/{assignment}/{assignment}.ipynb?token={lab.token}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+    _wait_idle(page, 60_000)
+    page.wait_for_timeout(1000)  # a kernel dialog would have shown by now
+    try:
+        yield page
+    finally:
+        context.close()
 
 
 def _wait_idle(page, timeout_ms: int) -> None:
@@ -71,14 +89,14 @@ def _wait_idle(page, timeout_ms: int) -> None:
         timeout=timeout_ms)
 
 
-def test_notebook_opens_with_an_idle_kernel_and_no_dialog(lab, page):
+def _shot(page, step: str) -> None:
+    page.screenshot(path=str(SHOTS / f"lab-{page.assignment}-{step}.png"))
+
+
+def test_notebook_opens_with_an_idle_kernel_and_no_dialog(page):
     """Does the notebook open at once on its own kernel (no 'Select Kernel' dialog) with its
     blanks visible, and without nbgrader's instructor menus?"""
-    page.goto(f"{lab.url}/lab/tree/{NOTEBOOK}?token={lab.token}")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
-    _wait_idle(page, 60_000)
-    page.wait_for_timeout(1000)  # a kernel dialog would have shown by now
-    page.screenshot(path=str(SHOTS / "lab-1-opened.png"))
+    _shot(page, "1-opened")
     assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").inner_text()
     assert "Python 3 (ipykernel)" in page.locator(".jp-NotebookPanel-toolbar").inner_text()
     assert "_____" in page.locator(".jp-NotebookPanel .jp-Notebook").inner_text()
@@ -89,8 +107,8 @@ def test_notebook_opens_with_an_idle_kernel_and_no_dialog(lab, page):
     assert page.locator(".validate-button").count() == 1
 
 
-def test_run_all_shows_blank_not_filled(lab, page):
-    """Does Run > Run All Cells stop at the first check with a BlankNotFilled message, with no
+def test_run_all_shows_blank_not_filled(page):
+    """Does Run > Run All Cells stop at a check with a BlankNotFilled message, with no
     warning in any output?"""
     page.locator("#jp-menu-panel .lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
@@ -100,26 +118,25 @@ def test_run_all_shows_blank_not_filled(lab, page):
     page.wait_for_timeout(500)
     output.scroll_into_view_if_needed()
     page.wait_for_timeout(1000)
-    page.screenshot(path=str(SHOTS / "lab-2-run-all.png"))
+    _shot(page, "2-run-all")
     texts = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
     assert "BlankNotFilled" in texts
     assert not re.search(r"\b\w+Warning\b|\[Gloo\]|ProcessGroupGloo", texts), texts
     assert page.locator(".jp-Dialog").count() == 0
 
 
-def test_validate_button_shows_the_result(lab, page):
+def test_validate_button_shows_the_result(page):
     """Does the Validate button save, validate and show a 'Validation Results' dialog that
     lists the failing cells with BlankNotFilled?"""
     page.locator(".validate-button").click()
     dialog = page.locator(".jp-Dialog")
     dialog.wait_for(timeout=240_000)
     page.locator("#validation-message").wait_for(timeout=10_000)
-    page.screenshot(path=str(SHOTS / "lab-3-validate.png"))
+    _shot(page, "3-validate")
     text = dialog.inner_text()
     assert "Validation Results" in text, text
     assert "The following cell failed" in text and "BlankNotFilled" in text, text[:2000]
     assert not re.search(r"\b\w+Warning\b", text), text
     page.locator(".jp-Dialog .jp-mod-accept").click()
     dialog.wait_for(state="detached", timeout=10_000)
-    page.screenshot(path=str(SHOTS / "lab-4-after-validate.png"))
     assert page.console_errors == [], page.console_errors
