@@ -23,6 +23,7 @@ from autograder.judge import wire
 from autograder.source import ROOT
 
 CALL_TIMEOUT = 60.0  # s per call of a learner's function; GradingLimits.call_seconds sets it
+START_TIMEOUT = 120.0  # s for the runner to import torch and start the ranks' launcher
 
 
 class RemoteError(Exception):
@@ -54,25 +55,41 @@ def runner_command(slot: int = 0, limits=None) -> list[str]:
 
 
 class Runner:
-    """One `autograder.judge.runner` process holding one definition of the submission's code.
+    """One `autograder.judge.runner` process for one submission's code: torch and the ranks'
+    launcher are loaded once, and each `fork(candidate)` gives the next calls a fresh child
+    process that defines the cells (and the candidate: the learner's code with some reference
+    answers in it), so that no graded function sees what another left behind.
 
-    Each call may take `call_seconds`; all of them together must end by `deadline` (a
-    time.monotonic() value): after it every request fails at once, without starting anything.
+    Starting may take `start_seconds`; each call `call_seconds`; all of them together must end
+    by `deadline` (a time.monotonic() value): after it every request fails at once, without
+    starting anything.
     """
 
-    def __init__(self, cells: list[str], candidate: str | None = None, slot: int = 0,
-                 limits=None, call_seconds: float = CALL_TIMEOUT, deadline: float = math.inf):
-        self._load = {"op": "load", "cells": cells, "candidate": candidate}
+    def __init__(self, cells: list[str], slot: int = 0, limits=None,
+                 call_seconds: float = CALL_TIMEOUT, deadline: float = math.inf,
+                 start_seconds: float = START_TIMEOUT):
+        self._cells, self._candidate = cells, None
         self._slot, self._limits = slot, limits
-        self.call_seconds, self.deadline = call_seconds, deadline
-        self._proc = None
+        self.call_seconds, self.deadline, self.start_seconds = call_seconds, deadline, start_seconds
+        self._proc, self._loaded = None, False
 
-    def _start(self):
+    def fork(self, candidate: str | None = None) -> None:
+        """From the next call on, a fresh child defines the cells, then `candidate`."""
+        self.end()
+        self._candidate = candidate
+
+    def end(self) -> None:
+        """End the current child (the runner stays warm for the next fork)."""
+        if self._loaded:
+            self._loaded = False
+            self._exchange({"op": "end"}, self.call_seconds, "the runner did not end a call")
+
+    def _start(self, timeout: float) -> None:
         self._proc = subprocess.Popen(
             runner_command(self._slot, self._limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
             env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}"})
-        self.ask(self._load)
+        self._exchange({"op": "ready"}, timeout, f"the runner did not start within {timeout:g} s")
 
     def ask(self, request: dict, timeout: float | None = None):
         """Send one request; return the decoded value, or raise what the learner's code did."""
@@ -86,7 +103,14 @@ class Runner:
         else:
             why = f"the function did not return within {timeout:g} s"
         if self._proc is None:
-            self._start()
+            self._start(min(self.start_seconds, left))
+        if not self._loaded:
+            self._loaded = True
+            self._exchange({"op": "load", "cells": self._cells, "candidate": self._candidate},
+                           timeout, why)
+        return self._exchange(request, timeout, why)
+
+    def _exchange(self, request: dict, timeout: float, why: str):
         proc = self._proc
         try:
             proc.stdin.write(wire.dumps(request))
@@ -109,6 +133,11 @@ class Runner:
             reply = wire.loads(line)
             if "ok" in reply:
                 return wire.decode(reply["ok"])
+            if "ended" in reply:  # the child is gone: asked to end, or it ended itself
+                self._loaded = False
+                if request["op"] == "end":
+                    return None
+                raise RuntimeError("the code under test stopped the process running it")
         except (ValueError, TypeError, KeyError) as err:
             self.close()
             raise RuntimeError(f"unreadable result from the code under test ({err})") from None
@@ -126,7 +155,7 @@ class Runner:
                     stream.close()
                 except OSError:
                     pass
-            self._proc = None
+            self._proc, self._loaded = None, False
 
     def __del__(self):
         self.close()
@@ -135,9 +164,9 @@ class Runner:
 class Remote:
     """Stands in for the learner's function `name`; its calls run in `runner`."""
 
-    def __init__(self, runner: Runner, name: str, patch: dict | None = None, owner=False):
+    def __init__(self, runner: Runner, name: str, patch: dict | None = None):
         self.__name__ = name
-        self._runner, self._patch, self._owner = runner, patch or {}, owner
+        self._runner, self._patch = runner, patch or {}
 
     def __call__(self, *args, **kwargs):
         return self._runner.ask({"op": "call", "function": self.__name__, "patch": self._patch,
@@ -154,11 +183,11 @@ class Remote:
     def patched(self, **names):
         """This function with notebook globals `names` replaced by trusted functions."""
         patch = {k: f"{v.__module__}:{v.__qualname__}" for k, v in names.items()}
-        return Remote(self._runner, self.__name__, {**self._patch, **patch}, self._owner)
+        return Remote(self._runner, self.__name__, {**self._patch, **patch})
 
     def close(self):
-        if self._owner:
-            self._runner.close()
+        """The test is over: end the process that ran it (the runner stays warm)."""
+        self._runner.end()
 
 
 def function_source(cells: list[str], name: str) -> str:
@@ -173,24 +202,23 @@ def verdicts(cells: list[str], graded: list[tuple[str, float | None]], student: 
              slot: int = 0, limits=None, call_seconds: float = CALL_TIMEOUT,
              function_seconds: float = math.inf) -> list[tuple[float, float, list[str]]]:
     """(earned, possible, report) for each (function, points) of a submission whose code
-    cells are `cells`. The submitted functions all run in one runner; each candidate of the
-    wrong-blank search (the learner's code with some reference answers in it) in a fresh one.
-    Runners are sandboxed with `limits`; one call may take `call_seconds`, and one function's
-    hidden test and wrong-blank search together `function_seconds` (then it is not one blank).
+    cells are `cells`. One runner, started once, serves the whole submission; each graded
+    function, and each candidate of the wrong-blank search (the learner's code with some
+    reference answers in it), runs in a fresh process forked from it. Runners are sandboxed
+    with `limits`; one call may take `call_seconds`, and one function's hidden test and
+    wrong-blank search together `function_seconds` (then it is not one blank).
     """
     from autograder.grade_cell import assess
 
-    shared = Runner(cells, slot=slot, limits=limits, call_seconds=call_seconds)
+    runner = Runner(cells, slot=slot, limits=limits, call_seconds=call_seconds)
     try:
         results = []
         for name, points in graded:
-            shared.deadline = deadline = time.monotonic() + function_seconds
+            runner.deadline = time.monotonic() + function_seconds
 
-            def make(candidate: str | None, name=name, deadline=deadline):
-                if candidate is None:
-                    return Remote(shared, name)
-                return Remote(Runner(cells, candidate, slot, limits, call_seconds, deadline),
-                              name, owner=True)
+            def make(candidate: str | None, name=name):
+                runner.fork(candidate)
+                return Remote(runner, name)
 
             try:
                 results.append(assess(name, function_source(cells, name), make, points,
@@ -200,4 +228,4 @@ def verdicts(cells: list[str], graded: list[tuple[str, float | None]], student: 
                                                           f"({type(err).__name__})"]))
         return results
     finally:
-        shared.close()
+        runner.close()

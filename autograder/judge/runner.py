@@ -2,6 +2,11 @@
 the sandbox. It defines the learner's notebook code, then answers the judge's requests (call
 the function on these inputs; run it on N ranks through this harness) with plain values.
 
+Start-up is paid once per submission: this process imports torch and starts the ranks'
+launcher, and never runs learner code itself. Each `load` forks a fresh child that defines the
+code and answers until `end`, so no graded function (or wrong-blank candidate) can reach the
+state another one left behind; the child's calls on ranks use fresh ranks of the warm launcher.
+
 It decides nothing: the judge compares what comes back with its own oracle, in its own
 process. Whatever the learner's code does here (patch numpy, print "passed", exit) can only
 change the values it sends back, so it can only cost the learner points.
@@ -18,6 +23,8 @@ import warnings
 
 from autograder.definitions import definitions
 from autograder.judge import wire
+
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 
 
 def define(cells: list[str]) -> dict:
@@ -69,18 +76,12 @@ def answer(request: dict, state: dict):
         namespace.update(saved)
 
 
-def main() -> None:
-    # The protocol gets its own copy of stdout; everything the learner prints goes nowhere.
-    channel = os.fdopen(os.dup(1), "wb", buffering=0)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as we do
-    warnings.simplefilter("ignore")
+def serve(request: dict, channel, stdin) -> None:
+    """In a forked child: define the code of `request` (a load), then answer until `end`."""
     state: dict = {}
-    for line in sys.stdin.buffer:
+    while request.get("op") != "end":
         try:
-            reply = {"ok": wire.encode(answer(wire.loads(line), state))}
+            reply = {"ok": wire.encode(answer(request, state))}
         except BaseException as err:  # noqa: BLE001 - every failure goes back as a value
             reply = {"error": type(err).__name__, "message": str(err)[:4000],
                      "builtin": isinstance(getattr(builtins, type(err).__name__, None), type)}
@@ -89,6 +90,53 @@ def main() -> None:
         except (TypeError, ValueError) as err:
             data = wire.dumps({"error": "TypeError", "message": str(err), "builtin": True})
         channel.write(data)
+        line = stdin.readline()
+        if not line:
+            return
+        request = wire.loads(line)
+
+
+def warm_up() -> None:
+    """What every child needs, loaded once: torch, numpy, distlab and the ranks' launcher.
+    Not dumpable: processes of the same uid (the children) cannot ptrace or read this one."""
+    import ctypes
+
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+
+    from distlab import launch
+
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0)
+    launch.start_ranks_launcher()
+
+
+def main() -> None:
+    # The protocol gets its own copy of stdout; everything the learner prints goes nowhere.
+    channel = os.fdopen(os.dup(1), "wb", buffering=0)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as we do
+    warnings.simplefilter("ignore")
+    warm_up()
+    stdin = sys.stdin.buffer  # the judge sends a request only after its reply: no read-ahead
+    while line := stdin.readline():
+        request = wire.loads(line)
+        if request.get("op") == "ready":  # started: torch and the launcher are loaded
+            channel.write(wire.dumps({"ok": None}))
+            continue
+        if request.get("op") != "load":
+            channel.write(wire.dumps({"error": "RuntimeError", "builtin": True,
+                                      "message": "nothing is loaded"}))
+            continue
+        child = os.fork()
+        if child == 0:
+            try:
+                serve(request, channel, stdin)
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)
+        channel.write(wire.dumps({"ended": True}))  # the child ended: ready for the next load
 
 
 if __name__ == "__main__":

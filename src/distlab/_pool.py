@@ -45,9 +45,26 @@ class Pool:
         self.group_ok = False  # the ranks hold a clean default group of that size
         self.calls = 0
         self.closed = False
+        self.owner = os.getpid()  # a process forked from the owner may use the pool, not reap
 
     def alive(self) -> bool:
-        return not self.closed and self.zygote.poll() is None
+        return not self.closed and self.zygote_alive()
+
+    def zygote_alive(self) -> bool:
+        if os.getpid() == self.owner:
+            return self.zygote.poll() is None
+        # forked from the owner (the judge's runner): the zygote is not our child to wait for
+        try:
+            with open(f"/proc/{self.zygote.pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except OSError:
+            return False
+
+    def wait_ready(self) -> None:
+        """Wait for the zygote's hello (torch imported), so a process forked from this one can
+        use the pool without starting its own."""
+        if self.control is None:
+            _, self.control = self.accept(time.monotonic() + START_S)
 
     def call(self, payload: bytes, world_size, backend, timeout, init_group, trace) -> tuple:
         """Run one call; (answers, where): rank -> (kind, body) and rank -> where it is stuck."""
@@ -82,9 +99,8 @@ class Pool:
     def start_ranks(self, world_size: int, backend: str) -> None:
         if self.ranks and self.shape == (world_size, backend):
             return  # warm: same ranks, same group
+        self.wait_ready()
         deadline = time.monotonic() + START_S
-        if self.control is None:
-            _, self.control = self.accept(deadline)  # the zygote's hello: torch is imported
         self.stop_ranks()
         self.control.send_bytes(pickle.dumps(("spawn", world_size, backend)))
         ranks = {}
@@ -98,7 +114,7 @@ class Pool:
     def accept(self, deadline: float) -> tuple:
         """The next process to connect, and its hello; fails fast if the zygote has died."""
         while True:
-            if self.zygote.poll() is not None:
+            if not self.zygote_alive():
                 raise RuntimeError(f"the rank launcher stopped; see {self.log}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the ranks did not start in {START_S:g} s; see {self.log}")

@@ -126,6 +126,12 @@ def log_path() -> str:
     return os.path.join(log_dir(), "workers.log")
 
 
+def start_ranks_launcher() -> None:
+    """Start the zygote and wait until it has imported torch. The judge's runner does this
+    once, then forks a fresh process per graded function that shares the warm zygote."""
+    _get_pool().wait_ready()
+
+
 def shutdown() -> None:
     """Stop every rank and the zygote; the next run() starts them again."""
     global _pool

@@ -89,3 +89,21 @@ def test_verdicts_grade_each_function_and_survive_a_broken_one():
     (earned, possible, _), (zero, _, report) = verdicts
     assert earned == possible > 0
     assert zero == 0 and "ring_allgather" in report[0]
+
+
+def test_each_fork_starts_from_the_cells_not_from_what_the_last_one_left():
+    """Does a fresh fork see the cells as defined, not a global an earlier call changed, while
+    the runner process itself (its start-up paid once) stays the same?"""
+    cells = ["def remember(x, seen=[]):\n    seen.append(x)\n    return list(seen)\n"]
+    runner = judge.Runner(cells, call_seconds=10)
+    try:
+        assert judge.Remote(runner, "remember")(1) == [1]
+        assert judge.Remote(runner, "remember")(2) == [1, 2]  # the same child: state kept
+        pid = runner._proc.pid
+        runner.fork()
+        assert judge.Remote(runner, "remember")(3) == [3]
+        runner.fork("def remember(x):\n    return ['candidate', x]\n")
+        assert judge.Remote(runner, "remember")(4) == ["candidate", 4]
+        assert runner._proc.pid == pid
+    finally:
+        runner.close()
