@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 from autograder.markers import MarkerError, blank_source, check_released, has_marker
 
 ROOT = Path(__file__).resolve().parents[1]
-SOLUTIONS = ROOT / "solutions"
+# DISTLAB_SOLUTIONS_DIR points the whole course (release, references, grading) at other solved
+# sources: the pipeline tests grade a toy assignment this way.
+SOLUTIONS = Path(os.environ.get("DISTLAB_SOLUTIONS_DIR", ROOT / "solutions"))
 GRADING = Path(os.environ.get("DISTLAB_GRADING_DIR", ROOT / "grading"))
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 # what ipykernel reports (but its version): a notebook opened unchanged is not "modified"

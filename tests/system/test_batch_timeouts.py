@@ -1,5 +1,6 @@
-"""make grade's workers: a submission that runs out of time takes its worker down with it, the
-next one gets a fresh worker, and a worker that cannot start stops make grade with the reason.
+"""make grade's workers, on a toy assignment (one exercise): a submission that runs out of
+time takes its worker down with it, the next one gets a fresh worker, and a worker that cannot
+start stops make grade with the reason.
 """
 
 import csv
@@ -15,12 +16,21 @@ from autograder import source
 from autograder.batch.worker import problem
 from autograder.judge import sandbox
 
-ASSIGNMENT = "01_collectives"
-TIMEOUT = 45  # make grade's --timeout here: a solved submission takes 12-20 s on 2 cores
+ASSIGNMENT = "00_toy"
+TIMEOUT = 20  # make grade's --timeout here: the toy's solved submission takes a few seconds
+
+
+def toy_source() -> str:
+    """A one-exercise assignment: notebook 01's chunk_bounds cell, with its graded cell."""
+    text = source.source_path("01_collectives").read_text()
+    start = text.index('# %% solution="chunk_bounds"')
+    end = text.index("# %%", text.index('# %% tests="chunk_bounds_tests"') + 1)
+    return "# %% [markdown]\n# # A toy assignment\n\n# %%\nimport numpy as np\n\n" + text[start:end]
 
 
 def _env(grading: Path) -> dict:
     return dict(os.environ, DISTLAB_GRADING_DIR=str(grading),
+                DISTLAB_SOLUTIONS_DIR=str(grading / "solutions"),
                 PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
 
@@ -55,11 +65,15 @@ def _alive(uid: int, grading: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def grading(tmp_path_factory):
     grading = tmp_path_factory.mktemp("grading")
-    slow = source.load(ASSIGNMENT)
+    toy = grading / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.py"
+    toy.parent.mkdir(parents=True)
+    toy.write_text(toy_source())
+    solutions = toy.parent.parent
+    slow = source.load(ASSIGNMENT, solutions)
     first = next(c for c in slow.cells if c.metadata.get("nbgrader", {}).get("solution"))
     first.source = "import time\ntime.sleep(600)\n" + first.source
     _submit(grading, "a_slow", slow)  # graded first: --jobs 1 goes in sorted order
-    _submit(grading, "b_solved", source.load(ASSIGNMENT))
+    _submit(grading, "b_solved", source.load(ASSIGNMENT, solutions))
     return grading
 
 
