@@ -26,13 +26,14 @@ def _parse(code: str) -> tuple[str, ast.Module] | tuple[str, None]:
 
 
 def functions(code: str) -> dict[str, str]:
-    """{name: source} of each top-level function the cell defines, decorators included; for a
-    name defined twice, the later one (the one a kernel would keep)."""
+    """{name: source} of each top-level function or class the cell defines (what a graded cell
+    can grade), decorators included; for a name defined twice, the later one (the one a kernel
+    would keep)."""
     code, tree = _parse(code)
     lines = code.split("\n")
     found = {}
     for node in tree.body if tree else []:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
             found[node.name] = "\n".join(lines[first - 1: node.end_lineno])
     return found

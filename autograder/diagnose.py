@@ -15,6 +15,7 @@ import textwrap
 from dataclasses import dataclass
 
 from autograder.markers import BLANK, Blank, comment_start
+from distlab.blanks import source_lines
 
 
 def _code(line: str) -> str:
@@ -60,9 +61,9 @@ class Filled:
 
 
 def source_of(fn) -> str:
-    """The learner's function as they wrote it ("" when Python cannot find its source)."""
+    """The learner's function (or class) as they wrote it ("" when its source is not found)."""
     try:
-        return textwrap.dedent(inspect.getsource(fn))
+        return textwrap.dedent("".join(source_lines(fn)[0]))
     except (OSError, TypeError):
         return ""
 
@@ -118,9 +119,20 @@ def read_fills(learner_source: str, template: str, blanks: list[Blank]) -> Fille
     return Filled(lines, where, fills, template_lines)
 
 
+def _globals_of(fn) -> dict:
+    """The globals a function, or the methods of a class, see."""
+    if inspect.isclass(fn):
+        for member in vars(fn).values():
+            code_owner = getattr(member, "__func__", member)
+            if hasattr(code_owner, "__globals__"):
+                return code_owner.__globals__
+        return {}
+    return fn.__globals__
+
+
 def rebuild(fn, source: str):
-    """Define `source` (one function) in a copy of fn's globals and return the new function."""
-    namespace = dict(fn.__globals__)
+    """Define `source` (one function or class) in a copy of fn's globals; return the new one."""
+    namespace = dict(_globals_of(fn))
     exec(compile(source, "<candidate>", "exec"), namespace)
     return namespace[fn.__name__]
 

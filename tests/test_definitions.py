@@ -5,10 +5,12 @@ from autograder.definitions import functions
 from autograder.judge import function_source
 
 
-def test_functions_are_found_with_their_decorators_and_nothing_else():
+def test_functions_and_classes_are_found_with_their_decorators_and_nothing_else():
+    """Are top-level functions and classes (both can be graded) found, and nothing else?"""
     code = ("import functools\n\n@functools.cache\ndef a(x):\n    return x\n\n"
             "class B:\n    def inner(self):\n        pass\n\nprint(a(1))\n")
-    assert functions(code) == {"a": "@functools.cache\ndef a(x):\n    return x"}
+    assert functions(code) == {"a": "@functools.cache\ndef a(x):\n    return x",
+                               "B": "class B:\n    def inner(self):\n        pass"}
 
 
 def test_a_name_defined_twice_is_the_later_definition_as_in_a_kernel():

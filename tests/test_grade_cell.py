@@ -158,3 +158,64 @@ def test_a_whole_statement_blank_is_found_between_its_neighbours():
     filled = read_fills(learner, template, blanks)
     assert filled.fills == {1: "print(y)", 2: "y * 3"}
     assert filled.where == [2, 3]
+
+
+COUNTER = '''class Counter:
+    """Counts calls; reset() starts again."""
+
+    def __init__(self, start=0):
+        self.count = start  # BLANK where counting starts
+
+    def __call__(self):
+        self.count += 1  # BLANK
+        return self.count
+
+    def reset(self):
+        self.count = 0
+'''
+
+
+def cell_class(source: str, name: str):
+    """`name` defined from `source` as a notebook cell defines it: its module (__main__ here)
+    has no file, and the cell's text is only in linecache."""
+    filename = f"<cell-{abs(hash(source))}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+def counter_test(cls, rng):
+    for start in rng.integers(0, 5, size=3).tolist():
+        counter = cls(start)
+        assert [counter() for _ in range(3)] == [start + 1, start + 2, start + 3], \
+            f"Counter({start}) counted wrongly"
+
+
+def test_a_class_is_graded_per_blank_like_a_function(monkeypatch):
+    """Is a class (found in its notebook cell, where inspect cannot find it) graded like a
+    function: full marks when right, and its wrong blank named?"""
+    template, blanks = blank_source(COUNTER)
+
+    class CounterCell:
+        source = COUNTER
+
+    monkeypatch.setattr(reference, "locate", lambda name: ("00_toy", CounterCell, blanks))
+    monkeypatch.setitem(exercises.TESTS, "Counter", counter_test)
+    right = cell_class(COUNTER, "Counter")
+    assert diagnose.source_of(right).startswith("class Counter:")
+    assert assess(right)[:2] == (2.0, 2.0)
+    wrong = cell_class(COUNTER.replace("self.count += 1  #", "self.count += 2  #"), "Counter")
+    earned, possible, report = assess(wrong)
+    assert (earned, possible) == (1.0, 2.0)
+    assert "looks wrong: [2]" in "\n".join(report)
+
+
+def test_an_unfilled_blank_in_a_class_is_named():
+    """Does require_filled name the unfilled line of a class defined in a cell?"""
+    from distlab import BlankNotFilled, require_filled
+
+    template, _ = blank_source(COUNTER)
+    cls = cell_class("from distlab import _____\n" + template, "Counter")
+    with pytest.raises(BlankNotFilled, match="Counter still has 2 blank line"):
+        require_filled(cls)

@@ -7,8 +7,10 @@ of a function (with its line) before the function runs anywhere.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import io
+import linecache
 import sys
 import tokenize
 
@@ -76,10 +78,45 @@ def unfilled_lines(source: str) -> list[tuple[int, str]]:
     return found
 
 
-def require_filled(fn) -> None:
-    """Raise `BlankNotFilled` naming each line of `fn` that still holds a `_____`."""
+def _code_of(member):
+    """The code object behind a class member (method, static/class method, property)."""
+    for candidate in (member, getattr(member, "__func__", None), getattr(member, "fget", None)):
+        code = getattr(inspect.unwrap(candidate) if callable(candidate) else None,
+                       "__code__", None)
+        if code is not None:
+            return code
+    return None
+
+
+def source_lines(obj) -> tuple[list[str], int]:
+    """(source lines, first line) of a function or a class, also of a class defined in a
+    notebook cell, which inspect cannot find (its module, __main__, has no file): the class is
+    found again in the cell of one of its methods."""
     try:
-        source, first = inspect.getsourcelines(fn)
+        return inspect.getsourcelines(obj)
+    except (OSError, TypeError):
+        if not inspect.isclass(obj):
+            raise
+    codes = [code for member in vars(obj).values() if (code := _code_of(member)) is not None]
+    for code in codes:
+        lines = linecache.getlines(code.co_filename)
+        try:
+            tree = ast.parse("".join(lines))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.ClassDef) and node.name == obj.__name__
+                    and node.lineno <= code.co_firstlineno <= node.end_lineno):
+                first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+                return lines[first - 1:node.end_lineno], first
+    raise OSError(f"could not find the source of class {obj.__name__}")
+
+
+def require_filled(fn) -> None:
+    """Raise `BlankNotFilled` naming each line of `fn` (a function or a class) that still holds
+    a `_____`."""
+    try:
+        source, first = source_lines(fn)
     except (OSError, TypeError):
         return  # no source to read (a builtin, or a function made by exec): nothing to check
     empty = unfilled_lines("".join(source))
