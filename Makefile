@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup lab test quick release grade bench lint clean
+.PHONY: setup lab test quick strength release grade bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -32,9 +32,15 @@ lab: setup
 		$(BIN)/jupyter lab $(ROOT_FLAG) $(LAB_ARGS)
 
 # Everything, as CI runs it: unit tests, then the slow system tests under tests/system/ (real
-# grading batches, Lab servers, the browser when a chromium is installed).
+# grading batches, Lab servers, the browser when a chromium is installed), then the
+# blank-strength check on every notebook (every plausible wrong answer must fail its test).
 test: setup
 	$(BIN)/python -m pytest
+	$(BIN)/python -m autograder.strength --jobs 2
+
+# The blank-strength check alone, with its report: `make strength IDS=01_collectives`.
+strength: setup
+	$(BIN)/python -m autograder.strength --jobs 2 $(IDS)
 
 # The edit loop: the unit tests only (tests marked slow are skipped).
 quick: setup

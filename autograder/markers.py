@@ -13,6 +13,13 @@ argument or a `return`, the condition of an `if`/`elif`/`while`, or else the who
 text follows is the hint; it stays as a comment, numbered so feedback can name the blank:
 
     send_idx = _____  # [1] which chunk did this rank finish last?
+
+After the hint, `# ACCEPT` lists other correct answers and `# REJECT` hand-written wrong ones,
+each in backticks; on a line with several blanks a number says which (1 = leftmost). They are
+for the blank-strength check (autograder/strength.py) and never reach the learner:
+
+    dst = (r + k) % N  # BLANK k places to the right # ACCEPT `(k + r) % N` # REJECT `r + k`
+    x = f(a) + g(b)    # BLANK `f(a)` `g(b)` both # ACCEPT 2 `g(b=b)` # REJECT 1 `f(b)`
 """
 
 from __future__ import annotations
@@ -45,6 +52,37 @@ class Blank:
     line: int  # 1-based line within the cell
     answer: str  # the text the learner must write
     hint: str  # the comment that stays in the release ("" if none)
+
+
+CLAUSE_START = re.compile(r"#\s*(?:ACCEPT|REJECT)\b")
+CLAUSE = re.compile(r"\s*#\s*(?P<kind>ACCEPT|REJECT)\b(?:\s+(?P<which>\d+))?"
+                    r"(?P<items>(?:\s*`[^`]+`)+)\s*")
+ITEM = re.compile(r"`([^`]+)`")
+
+
+@dataclass(frozen=True)
+class Clause:
+    kind: str  # "ACCEPT" or "REJECT"
+    which: int | None  # which blank of the line (1 = leftmost); None: the line's only blank
+    answers: tuple[str, ...]
+
+
+def split_clauses(rest: str, where: str = "<cell>") -> tuple[str, list[Clause]]:
+    """(hint, clauses) of what follows a marker's spans: the hint is what the learner sees;
+    the `# ACCEPT` / `# REJECT` clauses after it are for the strength check only."""
+    start = CLAUSE_START.search(rest)
+    if start is None:
+        return rest.strip(), []
+    hint, tail, clauses = rest[: start.start()].strip(), rest[start.start():], []
+    while tail.strip():
+        match = CLAUSE.match(tail)
+        if match is None:
+            raise MarkerError(f"{where}: ACCEPT and REJECT take answers in backticks, "
+                              f"`like this`; cannot read: {tail.strip()}")
+        which = int(match["which"]) if match["which"] else None
+        clauses.append(Clause(match["kind"], which, tuple(ITEM.findall(match["items"]))))
+        tail = tail[match.end():]
+    return hint, clauses
 
 
 def comment_start(line: str) -> int | None:
@@ -99,7 +137,7 @@ def blank_line(line: str, first_number: int, where: str) -> tuple[str, list[tupl
     while (span := SPAN.match(rest)) is not None:
         spans.append(span.group(1))
         rest = rest[span.end() :]
-    hint = rest.strip()
+    hint, _ = split_clauses(rest, where)  # ACCEPT/REJECT lists are for the strength check
     if not code.strip():
         raise MarkerError(f"{where}: a BLANK marker needs code before it on the same line")
 

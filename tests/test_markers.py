@@ -103,3 +103,17 @@ def test_a_blank_assigned_to_is_refused():
     text, _ = blank_source("def f(b):\n    x[0] = b  # BLANK `x[0]`")
     with pytest.raises(MarkerError, match="assigns to the blank"):
         check_released(text, "f.py:1")
+
+
+def test_accept_and_reject_lists_stay_out_of_the_released_hint():
+    """Do `# ACCEPT` / `# REJECT` lists (for the strength check) never reach the learner?"""
+    released, [blank] = blank_source(
+        "dst = (r + k) % N  # BLANK k places to the right # ACCEPT `(k + r) % N` # REJECT `r + k`")
+    assert released == "dst = _____  # [1] k places to the right"
+    assert blank.hint == "k places to the right" and blank.answer == "(r + k) % N"
+
+
+def test_an_accept_list_without_backticks_is_refused_with_its_place():
+    """Is `# ACCEPT` without backticks an error naming the file and line?"""
+    with pytest.raises(MarkerError, match="nb.py:3: ACCEPT and REJECT take answers"):
+        blank_source("x = 1\ny = 2\nz = x + y  # BLANK hint # ACCEPT y + x", "nb.py")
