@@ -20,6 +20,7 @@ import zlib
 import numpy as np
 
 from autograder import diagnose, reference
+from autograder.definitions import functions
 from autograder.exercises import test_for
 from autograder.markers import blank_source
 from distlab.blanks import unfilled_lines
@@ -93,14 +94,28 @@ def assess(name: str, learner_source: str, make, points: float | None = None,
     test = test_for(name)
     possible = float(points if points is not None else max(len(blanks), 1))
     seed = seed_for(name, student)
-    # An unfilled blank earns nothing, even where the function returns before reaching it.
-    empty = unfilled_lines(learner_source)
-    reason = "a blank is not filled yet" if empty else _failure(test, make, None, seed)
-    if reason is None:
-        return possible, possible, [f"✓ {name}: every hidden test passed"]
-
     template, _ = blank_source(cell.source)
     filled = diagnose.read_fills(learner_source, template, blanks)
+    # Only the blanks are the learner's: code changed elsewhere is graded as released.
+    notes, graded = [], None
+    line = diagnose.changed_line(learner_source, functions(template).get(name, learner_source))
+    if line is not None and learner_source:
+        text = learner_source.split("\n")[line - 1].strip() if learner_source else ""
+        if not filled.aligned():
+            return 0.0, possible, [
+                f"✗ {name}", f"  line {line} was changed outside the blanks: {text}",
+                "  and the blanks could not be read back: restore the released code and "
+                "change only the `_____` parts"]
+        notes = [f"  line {line} was changed outside the blanks ({text}): that change earns "
+                 "nothing; graded as released, with your fills"]
+        graded = functions(filled.on_template(template))[name]
+        filled = diagnose.read_fills(graded, template, blanks)
+    # An unfilled blank earns nothing, even where the function returns before reaching it.
+    empty = unfilled_lines(graded or learner_source)
+    reason = "a blank is not filled yet" if empty else _failure(test, make, graded, seed)
+    if reason is None:
+        return possible, possible, [f"✓ {name}: every hidden test passed", *notes]
+
     unfilled = filled.unfilled()
     wrong = None
     if blanks and filled.aligned() and unfilled == {b.number for b in blanks}:
@@ -108,7 +123,7 @@ def assess(name: str, learner_source: str, make, points: float | None = None,
     elif blanks and filled.aligned():
         wrong = diagnose.wrong_blanks(
             filled, blanks, lambda source: _failure(test, make, source, seed) is None)
-    report = [f"✗ {name}"]
+    report = [f"✗ {name}", *notes]
     if unfilled:
         report.append(f"  not filled yet: {_labels(blanks, unfilled)}")
     if wrong is None:

@@ -24,7 +24,8 @@ def popen(argv: list[str], root: Path = ROOT, env: dict | None = None,
     bin/ goes first on PATH (a venv that is not activated otherwise breaks it).
     """
     bindir = str(Path(sys.executable).parent)
-    env = dict(os.environ, **(env or {}), PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    env = {**os.environ, **(env or {})}
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     return subprocess.Popen([*CONTAIN, *argv], cwd=root, env=env, **kwargs)
 
 

@@ -108,15 +108,16 @@ def test_extra_lines_and_spacing_do_not_confuse_the_alignment():
 
 
 def test_code_rewritten_beyond_the_blanks_earns_zero_with_advice():
-    """If the learner broke a line outside the blanks, is the failure reported, not blamed on
-    a blank?"""
+    """If the learner broke a line outside the blanks so that the blanks cannot be read back,
+    is it 0 with the changed line named, not blamed on a blank?"""
     learner = SOLVED.replace("for step in range(N - 1):\n        new = copy.deepcopy(chunks)\n"
                              "        for i in range(N):\n            send = (i - step) % N",
                              "for step in range(N - 2):\n        new = copy.deepcopy(chunks)\n"
                              "        for i in range(N):\n            send = (i - step) % N", 1)
     earned, _, report = assess(define(learner))
     assert earned == 0.0
-    assert "not one blank alone" in "\n".join(report)
+    assert "line 5 was changed outside the blanks: for step in range(N - 2):" in report[1]
+    assert "restore the released code" in report[2]
 
 
 def test_nothing_reaches_stderr_even_when_the_learner_writes_there(capfd):
@@ -219,3 +220,47 @@ def test_an_unfilled_blank_in_a_class_is_named():
     cls = cell_class("from distlab import _____\n" + template, "Counter")
     with pytest.raises(BlankNotFilled, match="Counter still has 2 blank line"):
         require_filled(cls)
+
+
+def test_a_body_replaced_outside_the_blanks_earns_nothing():
+    """Does a function whose body was replaced by other code (a numpy sum, say) earn 0, with a
+    report naming the changed line, even though it returns the right values?"""
+    cheat = ("def ring_sum(grads):\n"
+             "    import numpy as np\n"
+             "    total = np.sum(grads, axis=0).tolist()\n"
+             "    return [total for _ in grads]\n")
+    fn = cell_function(cheat, "ring_sum")
+    earned, possible, report = assess(fn)
+    assert earned == 0 and possible == len(BLANKS)
+    assert "line 2 was changed outside the blanks" in "\n".join(report), report
+
+
+def test_a_changed_line_is_graded_as_released_with_the_fills():
+    """Does a line changed outside the blanks earn nothing (it is graded as released), while the
+    blanks still earn their points, and does the report say which line changed?"""
+    changed = SOLVED.replace("    N = len(grads)\n", "    N = len(grads)  # world size\n"
+                             ).replace("return [[v for c in row for v in c] for row in chunks]",
+                                       "return [[0 for c in row for v in c] for row in chunks]")
+    earned, possible, report = assess(cell_function(changed, "ring_sum"))
+    assert earned == possible, report
+    assert any("was changed outside the blanks" in line and "return [[0" in line
+               for line in report), report
+
+
+def test_spacing_comments_and_a_fill_over_several_lines_are_not_changes():
+    """Are other spacing, other comments and a fill split over lines still the learner's own
+    code (no change reported, full marks)?"""
+    respaced = SOLVED.replace("send = (i - step) % N   # BLANK which chunk?",
+                              "send = ((i -\n                     step) % N)  # mine").replace(
+        "    N = len(grads)", "    N = len( grads )")
+    earned, possible, report = assess(cell_function(respaced, "ring_sum"))
+    assert earned == possible and not any("changed" in line for line in report), report
+
+
+def cell_function(source: str, name: str):
+    """`name` defined from `source` in a file linecache knows (as a notebook cell would)."""
+    filename = f"<cell-{abs(hash(source))}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"__name__": "__main__", "copy": copy}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]

@@ -91,3 +91,16 @@ def test_blanked_solution_cells_parse():
     for assignment in IDS:
         for cell, _ in source.solution_cells(assignment):
             compile(blank_source(cell.source)[0], assignment, "exec")
+
+
+@pytest.mark.parametrize("assignment", IDS)
+def test_every_solved_function_is_its_template_outside_the_blanks(assignment):
+    """Is each solved function (or class) its released template with answers in the blanks
+    only, so that grading it as "the template with the learner's fills" changes nothing?"""
+    from autograder.diagnose import changed_line
+
+    for cell, _ in source.solution_cells(assignment):
+        template, _ = blank_source(cell.source)
+        for name, solved in functions(cell.source).items():
+            line = changed_line(solved, functions(template)[name])
+            assert line is None, f"{name}: line {line} differs from its template"

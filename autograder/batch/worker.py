@@ -63,9 +63,30 @@ def problem(log: str) -> str:
     return f"{name}: {message}"[:300] if message else name
 
 
-def write_csv(assignment: str, failed: dict[str, str], url: str, out: Path) -> dict:
-    """One row per student: each graded cell's score, the total, and why if not graded.
-    Returns the reply: the CSV's path, the graded students' scores and the maximum."""
+def changed_outside_blanks(autograded: Path) -> str:
+    """The graded functions of an autograded notebook whose code the learner changed outside
+    the blanks (the judge's report says so; the change earned nothing), space-separated."""
+    import nbformat
+
+    names = []
+    for path in sorted(autograded.glob("*.ipynb")):
+        try:
+            nb = nbformat.read(str(path), as_version=4)
+        except Exception:  # noqa: BLE001 - an unreadable notebook has no report to read
+            continue
+        for cell in nb.cells:
+            text = "".join(o.get("text", "") for o in cell.get("outputs", [])
+                           if o.get("output_type") == "stream")
+            if "was changed outside the blanks" in text:
+                names.append(text.split()[1].rstrip(":"))
+    return " ".join(names)
+
+
+def write_csv(assignment: str, failed: dict[str, str], url: str, out: Path,
+              autograded: Path) -> dict:
+    """One row per student: each graded cell's score, the total, why if not graded, and which
+    functions were changed outside their blanks (they were graded as released). Returns the
+    reply: the CSV's path, the graded students' scores and the maximum."""
     from nbgrader.api import Gradebook
 
     out.mkdir(parents=True, exist_ok=True)
@@ -77,15 +98,18 @@ def write_csv(assignment: str, failed: dict[str, str], url: str, out: Path) -> d
         rows = {}
         for sub in gb.assignment_submissions(assignment):
             by_cell = {g.name: g.score for nb in sub.notebooks for g in nb.grades}
-            rows[sub.student.id] = [*(by_cell.get(c, 0) for c in cells), sub.score, maximum, ""]
+            changed = changed_outside_blanks(autograded / sub.student.id / assignment)
+            rows[sub.student.id] = [*(by_cell.get(c, 0) for c in cells), sub.score, maximum, "",
+                                    changed]
     for student, problem in failed.items():
-        rows[student] = [*(0 for _ in cells), 0, maximum, problem]
+        rows[student] = [*(0 for _ in cells), 0, maximum, problem, ""]
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", *cells, "score", "max_score", "not_graded_because"])
+        writer.writerow(["student", *cells, "score", "max_score", "not_graded_because",
+                         "changed_outside_blanks"])
         for student in sorted(rows):
             writer.writerow([student, *rows[student]])
-    scores = [row[-3] for student, row in rows.items() if student not in failed]
+    scores = [row[-4] for student, row in rows.items() if student not in failed]
     return {"ok": True, "path": str(path), "scores": scores, "max_score": maximum}
 
 
@@ -137,7 +161,8 @@ def main(argv: list[str]) -> int:
         job = json.loads(line)
         if "csv" in job:
             try:
-                reply(write_csv(job["csv"], job["failed"], app.coursedir.db_url, Path(job["out"])))
+                reply(write_csv(job["csv"], job["failed"], app.coursedir.db_url, Path(job["out"]),
+                                Path(app.coursedir.autograded_directory)))
             except Exception as err:  # noqa: BLE001 - make grade reports it
                 reply({"ok": False, "problem": f"{type(err).__name__}: {err}"})
             continue

@@ -23,6 +23,23 @@ WRONG = {
     "01_collectives": ("ring_allreduce", 2, lambda answer: f"({answer}) + 1"),
 }
 KINDS = ("solved", "untouched", "one_wrong")
+CHEAT = "ring_allreduce"  # in 01, the cheat replaces its body with a numpy mean
+
+
+def cheat(nb):
+    """The solved notebook with ring_allreduce's body replaced by a correct numpy mean (code
+    changed outside the blanks) and a harmless change in chunk_bounds' docstring."""
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id == CHEAT:
+            cell.source = ("import numpy as np\n\n"
+                           "def ring_allreduce(gpu_grads, op='mean'):\n"
+                           "    total = np.sum(gpu_grads, axis=0)\n"
+                           "    out = total / len(gpu_grads) if op == 'mean' else total\n"
+                           "    return [out.tolist() for _ in gpu_grads]\n")
+        elif grade_id == "chunk_bounds":
+            cell.source = cell.source.replace('"""(start, end)', '"""My notes. (start, end)', 1)
+    return nb
 
 
 def one_wrong_blank(assignment):
@@ -67,6 +84,9 @@ def graded(grading):
             folder = grading / "submitted" / kind / assignment
             folder.mkdir(parents=True)
             nbformat.write(submission(assignment, kind), folder / f"{assignment}.ipynb")
+    folder = grading / "submitted" / "cheat" / "01_collectives"
+    folder.mkdir(parents=True)
+    nbformat.write(cheat(source.load("01_collectives")), folder / "01_collectives.ipynb")
     result = subprocess.run([sys.executable, "-m", "autograder.batch", *WRONG],
                             cwd=source.ROOT, env=env, capture_output=True, text=True,
                             timeout=1800)
@@ -77,7 +97,7 @@ def graded(grading):
             rows[assignment] = {row["student"]: row for row in csv.DictReader(handle)}
         feedback[assignment] = {
             kind: (grading / "feedback" / kind / assignment / f"{assignment}.html").read_text()
-            for kind in KINDS}
+            for kind in rows[assignment]}
     return rows, feedback
 
 
@@ -120,6 +140,18 @@ def test_feedback_never_shows_hidden_tests(graded, assignment):
     for html in graded[1][assignment].values():
         assert "HIDDEN TESTS" not in html
         assert "autograder.grade_cell" not in html
+
+
+def test_code_changed_outside_the_blanks_earns_nothing_and_is_reported(graded):
+    """Does a function body replaced by other (correct) code earn 0, a harmless change
+    elsewhere earn nothing and cost nothing, and does the CSV name both for the instructor?"""
+    rows, feedback = graded
+    row, solved = rows["01_collectives"]["cheat"], rows["01_collectives"]["solved"]
+    assert float(row[f"{CHEAT}_tests"]) == 0
+    assert float(row["chunk_bounds_tests"]) == float(solved["chunk_bounds_tests"])
+    assert row["changed_outside_blanks"].split() == [CHEAT, "chunk_bounds"]
+    assert "was changed outside the blanks" in feedback["01_collectives"]["cheat"]
+    assert solved["changed_outside_blanks"] == ""
 
 
 def test_nbgrader_cli_grades_like_make_grade(grading, graded):

@@ -1,0 +1,466 @@
+"""Notebook 02 (cost models): do the reference answers pass their hidden tests, do answers with
+one wrong blank fail them (and get that blank named), do other correct answers pass, and do the
+notebook's checks and pictures work?
+
+Run: .venv/bin/python -m pytest tests/test_cost_models.py -q   (about 15 s on 2 cores)
+"""
+
+import linecache
+import math
+import warnings
+
+import matplotlib
+import numpy as np
+import pytest
+
+from autograder import diagnose, exercises, grade_cell, reference
+from autograder.definitions import functions
+from autograder.markers import blank_source
+
+matplotlib.use("Agg")
+
+ASSIGNMENT = "02_cost_models"
+NAMES = ["allreduce_time_ring", "allreduce_time_tree", "allreduce_time_one",
+         "ring_tree_crossover", "bus_bandwidth", "fit_alpha_beta", "flat_ring_time",
+         "hierarchical_allreduce_time", "iteration_costs", "cheapest_layout"]
+
+# Plausible mistakes: (function, blank number, what a learner might write there).
+WRONG = [
+    ("allreduce_time_ring", 1, "n - 1"),  # one phase only
+    ("allreduce_time_ring", 1, "2 * n"),
+    ("allreduce_time_ring", 2, "nbytes"),  # the whole vector every step
+    ("allreduce_time_ring", 2, "nbytes / (n - 1)"),
+    ("allreduce_time_tree", 1, "depth"),  # reduce without the broadcast
+    ("allreduce_time_tree", 1, "2 * depth + 1"),
+    ("allreduce_time_tree", 1, "2 * (n - 1)"),
+    ("allreduce_time_tree", 2, "nbytes / n"),  # chunked like the ring
+    ("allreduce_time_tree", 2, "nbytes / 2"),
+    ("allreduce_time_one", 1, "n - 1"),  # the sum never comes back
+    ("allreduce_time_one", 1, "2 * n"),
+    ("allreduce_time_one", 1, "n"),
+    ("ring_tree_crossover", 1, "(n - 1 - depth) * alpha"),  # a dropped factor 2
+    ("ring_tree_crossover", 1, "2 * (n - depth) * alpha"),
+    ("ring_tree_crossover", 1, "2 * (n - 1 - depth) / alpha"),
+    ("ring_tree_crossover", 2, "2 * (depth - (n - 1) / n) * bw"),
+    ("ring_tree_crossover", 2, "(depth - (n - 1) / n) / bw"),
+    ("ring_tree_crossover", 2, "2 * (depth - 1 / n) / bw"),
+    ("ring_tree_crossover", 2, "2 * ((n - 1) / n - depth) / bw"),  # swapped
+    ("ring_tree_crossover", 3, "extra_latency < 0"),  # N = 2, 3 give a crossover at 0 bytes
+    ("ring_tree_crossover", 3, "n <= 2"),
+    ("ring_tree_crossover", 3, "extra_per_byte <= 0"),
+    ("bus_bandwidth", 1, "seconds / nbytes"),
+    ("bus_bandwidth", 1, "nbytes * seconds"),
+    ("bus_bandwidth", 1, "nbytes / seconds / n"),
+    ("bus_bandwidth", 2, "(n - 1) / n"),
+    ("bus_bandwidth", 2, "2 * n / (n - 1)"),
+    ("bus_bandwidth", 2, "2 * (n - 1)"),
+    ("bus_bandwidth", 3, "n / (n - 1)"),
+    ("bus_bandwidth", 3, "1 / n"),
+    ("bus_bandwidth", 3, "2 * (n - 1) / n"),
+    ("fit_alpha_beta", 1, "1"),
+    ("fit_alpha_beta", 1, "n - 1"),
+    ("fit_alpha_beta", 1, "2 * n"),
+    ("fit_alpha_beta", 2, "M"),  # right for n = 2 only
+    ("fit_alpha_beta", 2, "2 * (n - 1) * M"),
+    ("fit_alpha_beta", 2, "M / n"),
+    ("flat_ring_time", 1, "intra"),
+    ("flat_ring_time", 1, "inter"),
+    ("flat_ring_time", 1, "inter if gpus_per_node > 1 else intra"),
+    ("hierarchical_allreduce_time", 1, "(G - 1) * (alpha_in + nbytes / bw_in)"),
+    ("hierarchical_allreduce_time", 1, "G * (alpha_in + nbytes / G / bw_in)"),
+    ("hierarchical_allreduce_time", 1, "2 * (G - 1) * (alpha_in + nbytes / G / bw_in)"),
+    ("hierarchical_allreduce_time", 2, "nbytes"),
+    ("hierarchical_allreduce_time", 2, "nbytes / nodes"),
+    ("hierarchical_allreduce_time", 2, "nbytes / (G * nodes)"),
+    ("hierarchical_allreduce_time", 3, "scatter + across"),  # forgot the all-gather
+    ("hierarchical_allreduce_time", 3, "2 * (scatter + across)"),
+    ("iteration_costs", 1, 'model["params"] / tp'),
+    ("iteration_costs", 1, 'model["params"] / (tp * pp * dp)'),
+    ("iteration_costs", 1, 'model["params"]'),
+    ("iteration_costs", 2, "params_per_gpu"),  # a count, not bytes (the seed's slip)
+    ("iteration_costs", 2, 'model["params"] * nbytes'),  # the whole model (the seed's too)
+    ("iteration_costs", 3, "2 * stage_layers * m"),
+    ("iteration_costs", 3, "4 * L * m"),  # every layer, not just this stage's
+    ("iteration_costs", 3, "4 * stage_layers"),  # once per iteration, not per micro-batch
+    ("iteration_costs", 4, "m"),
+    ("iteration_costs", 4, "2 * m * (pp - 1)"),  # boundaries added up as if in series
+    ("iteration_costs", 4, "2"),
+    ("iteration_costs", 5, "pp * stage"),
+    ("iteration_costs", 5, "(pp - 1) * stage / m"),
+    ("iteration_costs", 5, "(pp - 1) * m * stage"),
+    ("iteration_costs", 6, "2 * params_per_gpu"),
+    ("iteration_costs", 6, '16 * model["params"]'),
+    ("cheapest_layout", 1, 'not costs["fits"]'),
+    ("cheapest_layout", 1, "True"),  # every layout, fitting or not
+    ("cheapest_layout", 2, "max"),
+    ("cheapest_layout", 2, "sorted"),
+]
+
+# Other correct answers: (function, {blank number: answer}); each must earn full marks.
+RIGHT = [
+    ("allreduce_time_ring", {1: "2 * n - 2", 2: "nbytes * (1 / n)"}),
+    ("allreduce_time_tree", {1: "depth + depth"}),
+    ("allreduce_time_one", {1: "(n - 1) * 2"}),
+    ("ring_tree_crossover", {1: "(n - 1 - depth) * alpha", 2: "(depth - (n - 1) / n) / bw"}),
+    ("ring_tree_crossover", {1: "(2 * (n - 1) - 2 * depth) * alpha",
+                             2: "(2 * depth - 2 * (n - 1) / n) * (1 / bw)"}),
+    ("ring_tree_crossover", {3: "n <= 3"}),
+    ("ring_tree_crossover", {3: "extra_latency == 0"}),
+    ("bus_bandwidth", {2: "2 * (1 - 1 / n)", 3: "1 - 1 / n"}),
+    ("fit_alpha_beta", {1: "2 * n - 2", 2: "(2 * (n - 1) / n) * M"}),
+    ("flat_ring_time", {1: "(max(intra[0], inter[0]), min(intra[1], inter[1])) if nodes > 1 "
+                           "else intra"}),
+    ("hierarchical_allreduce_time", {1: "(G - 1) * alpha_in + (G - 1) / G * nbytes / bw_in",
+                                     3: "scatter + across + scatter"}),
+    ("iteration_costs", {2: "2 * params_per_gpu", 3: "4 * m * L / pp",
+                         5: "stage * (pp - 1)"}),
+    ("cheapest_layout", {1: 'costs["memory"] <= cluster["memory"]'}),
+]
+
+
+def variant(name: str, answers: dict[int, str]):
+    """The reference function `name` with blanks answered by `answers`, defined like a
+    notebook cell (its source readable through linecache, for the diagnosis)."""
+    _, cell, blanks = reference.locate(name)
+    lines = cell.source.split("\n")
+    for number, answer in answers.items():
+        blank = blanks[number - 1]
+        line = lines[blank.line - 1]
+        code, marker = line.split("# BLANK", 1)
+        assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {line!r}"
+        lines[blank.line - 1] = code.replace(blank.answer, answer) + "# BLANK" + marker
+    source = "\n".join(lines)
+    filename = f"<variant-{name}-{sorted(answers.items())}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = dict(vars(reference.module(ASSIGNMENT)))
+    namespace["__name__"] = "__main__"
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+def fails(name: str, fn, seed: int = 0) -> str:
+    """The hidden test's complaint about fn, or '' if it passes."""
+    try:
+        exercises.test_for(name)(fn, np.random.default_rng(seed))
+    except AssertionError as err:
+        return str(err) or "AssertionError"
+    except Exception as err:  # a crash of the learner's code is a failure too
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
+# ---------------------------------------------------------------- references pass
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 12345])
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_passes_its_hidden_test(name, seed, capfd):
+    """Does the solved answer pass its hidden test, quietly and without warnings, for this
+    seed?"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fails(name, reference.reference(name), seed) == ""
+    assert capfd.readouterr().err == ""
+
+
+def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
+    """Is every solution cell graded by a test cell worth one point per blank?"""
+    from autograder import source
+
+    nb = source.load(ASSIGNMENT)
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    names = []
+    for cell, blanks in source.solution_cells(ASSIGNMENT):
+        (name,) = functions(cell.source)
+        names.append(name)
+        assert points[f"{name}_tests"] == len(blanks), name
+        exercises.test_for(name)
+    assert sorted(names) == sorted(NAMES)
+    assert sum(points.values()) == 25
+
+
+def test_function_names_are_unique_across_the_course():
+    """Is no function of this notebook's solution cells also defined in another notebook's
+    (the grader finds a function by its name alone)?"""
+    from autograder import source
+
+    mine = set(NAMES)
+    for assignment in source.assignment_ids():
+        if assignment == ASSIGNMENT:
+            continue
+        for cell, _ in source.solution_cells(assignment):
+            assert not mine & set(functions(cell.source)), assignment
+
+
+# ---------------------------------------------------------------- wrong blanks fail
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), WRONG,
+                         ids=[f"{n}-{k}-{w}" for n, k, w in WRONG])
+def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
+    """Does an answer with this one wrong blank fail its hidden test, with a message that names
+    the case and not the answer?"""
+    complaint = fails(name, variant(name, {number: wrong}))
+    assert complaint
+    answer = reference.locate(name)[2][number - 1].answer
+    assert answer.isidentifier() or answer not in complaint  # a bare name is the case's too
+
+
+def test_every_blank_has_wrong_variants():
+    """Is every blank of the notebook covered by at least two deliberately wrong answers?"""
+    for name in NAMES:
+        for blank in reference.locate(name)[2]:
+            count = sum(1 for n, k, _ in WRONG if (n, k) == (name, blank.number))
+            assert count >= 2, (name, blank.number)
+
+
+@pytest.mark.parametrize(("name", "answers"), RIGHT, ids=[f"{n}-{a}" for n, a in RIGHT])
+def test_another_correct_answer_passes(name, answers):
+    """Does an answer written differently but right (another order, a factor 2 dropped on
+    both sides of a ratio, <= for <) pass every seed?"""
+    fn = variant(name, answers)
+    for seed in (0, 1, 2):
+        assert fails(name, fn, seed) == ""
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), [
+    ("allreduce_time_ring", 2, "nbytes"),
+    ("allreduce_time_tree", 1, "depth"),
+    ("ring_tree_crossover", 3, "extra_latency < 0"),
+    ("bus_bandwidth", 3, "1 / n"),
+    ("fit_alpha_beta", 1, "1"),
+    ("hierarchical_allreduce_time", 2, "nbytes"),
+    ("iteration_costs", 4, "m"),
+    ("iteration_costs", 1, 'model["params"] / tp'),
+    ("cheapest_layout", 1, 'not costs["fits"]'),
+], ids=lambda v: str(v))
+def test_grading_names_the_wrong_blank(name, number, wrong):
+    """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
+    fn = variant(name, {number: wrong})
+
+    def make(source):
+        return fn if source is None else diagnose.rebuild(fn, source)
+
+    earned, possible, report = grade_cell.assess(name, diagnose.source_of(fn), make)
+    assert earned == possible - 1, report
+    (line,) = [line for line in report if "looks wrong" in line]
+    assert f"[{number}]" in line and line.count("[") == 1, report
+
+
+def test_a_wrong_ring_costs_no_points_in_the_exercises_that_use_it():
+    """With a wrong allreduce_time_ring in the notebook, do flat_ring_time,
+    hierarchical_allreduce_time, iteration_costs and cheapest_layout still pass?"""
+    for name in ("flat_ring_time", "hierarchical_allreduce_time", "iteration_costs",
+                 "cheapest_layout"):
+        fn = reference.reference(name)
+        broken = {"allreduce_time_ring": lambda nbytes, n, alpha, bw: 1.0,
+                  "iteration_costs": lambda *args: {"fits": False}}
+        patched = type(fn)(fn.__code__, {**fn.__globals__, **broken}, fn.__name__)
+        assert fails(name, patched) == ""
+
+
+def test_the_released_blanks_earn_nothing_and_say_so():
+    """Graded with every blank still `_____`, does each function earn 0 and say which blanks
+    are not filled yet, instead of crashing?"""
+    from distlab import _____
+
+    for name in NAMES:
+        _, cell, blanks = reference.locate(name)
+        released, _ = blank_source(cell.source)
+        namespace = {**vars(reference.module(ASSIGNMENT)), "_____": _____,
+                     "__name__": "__main__"}
+        filename = f"<released-{name}>"
+        linecache.cache[filename] = (len(released), None, released.splitlines(True), filename)
+        exec(compile(released, filename, "exec"), namespace)
+        fn = namespace[name]
+
+        def make(source, fn=fn):
+            return fn if source is None else diagnose.rebuild(fn, source)
+
+        earned, possible, report = grade_cell.assess(name, diagnose.source_of(fn), make)
+        assert (earned, possible) == (0.0, len(blanks)), report
+        assert any("not filled yet" in line for line in report), report
+
+
+# ---------------------------------------------------------------- the model's facts
+
+
+def test_seed_example_numbers():
+    """Do the reference formulas give seed 003's example (1 MiB, 8 ranks, 10 GB/s, 1 µs): ring
+    197.5 µs, tree 635.1 µs, and a crossover near 18.8 kB?"""
+    ring, tree = reference.reference("allreduce_time_ring"), reference.reference(
+        "allreduce_time_tree")
+    assert math.isclose(ring(2**20, 8, 1e-6, 1e10), 197.5008e-6, rel_tol=1e-9)
+    assert math.isclose(tree(2**20, 8, 1e-6, 1e10), 635.1456e-6, rel_tol=1e-9)
+    cross = reference.reference("ring_tree_crossover")(8, 1e-6, 1e10)
+    assert math.isclose(cross, 8e-6 / 4.25e-10, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_no_crossover_for_three_ranks_or_fewer(n):
+    """Is the ring never slower than the tree for N <= 3, at any size?"""
+    ring, tree = reference.reference("allreduce_time_ring"), reference.reference(
+        "allreduce_time_tree")
+    assert reference.reference("ring_tree_crossover")(n, 1e-5, 1e9) is None
+    for size in (0.0, 1.0, 1e3, 1e9):
+        assert ring(size, n, 1e-5, 1e9) <= tree(size, n, 1e-5, 1e9)
+
+
+def test_does_a_tree_with_one_rank_cost_nothing():
+    """Does an all-reduce over one rank cost nothing, by any algorithm and topology?"""
+    for name in ("allreduce_time_ring", "allreduce_time_tree", "allreduce_time_one"):
+        assert reference.reference(name)(1e9, 1, 1e-5, 1e9) == 0
+    for name in ("flat_ring_time", "hierarchical_allreduce_time"):
+        assert reference.reference(name)(1e9, 1, 1, (1e-6, 1e11), (1e-5, 1e10)) == 0
+
+
+# ---------------------------------------------------------------- the notebook and pictures
+
+
+def fake_measure(collectives, sizes, world_sizes=(2,), only=None):
+    """Ring-model times with a little noise, in place of the ranks."""
+    rng = np.random.default_rng(0)
+    ring = reference.reference("allreduce_time_ring")
+    return [{"name": name, "n": n, "nbytes": size,
+             "seconds": ring(size, n, 1e-4 * n, 2e9) * rng.uniform(0.9, 1.1)}
+            for n in world_sizes for name in collectives
+            if n in (only or {}).get(name, world_sizes) for size in sizes]
+
+
+def test_visible_checks_pass_on_the_reference(monkeypatch, capsys):
+    """Run top to bottom (graded cells left out, the measurement faked), does every check cell
+    of the solved notebook pass and print its ✓, writing no warnings?"""
+    from autograder import source
+    from distlab import cost
+
+    monkeypatch.setattr(cost.plt, "show", lambda *a, **k: cost.plt.close("all"))
+    monkeypatch.setattr(cost, "measure", fake_measure)
+    namespace = {"__name__": "__main__"}
+    nb = source.load(ASSIGNMENT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for cell in nb.cells:
+            if cell.cell_type == "code" and not cell.metadata["nbgrader"].get("grade"):
+                exec(compile(cell.source, f"<{cell.id}>", "exec"), namespace)
+    out = capsys.readouterr().out
+    checks = [c for c in nb.cells if c.cell_type == "code" and "print(\"✓" in c.source]
+    assert out.count("✓") == len(checks) == len(NAMES)
+    assert "cheapest that fits: dp=8 tp=1 pp=4" in out
+
+
+def test_pictures_draw_the_functions_they_are_given(monkeypatch):
+    """Do the pictures draw whatever functions they are handed (here the references), with a
+    crossover line where there is one, without warnings?"""
+    from distlab import cost
+
+    ref = reference.reference
+    described = []
+    monkeypatch.setattr(cost, "_show", lambda fig, text: (described.append(text),
+                                                           cost.plt.close(fig)))
+    curves = {"ring": ref("allreduce_time_ring"), "tree": ref("allreduce_time_tree")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cost.show_message_cost(5e-6, 1e10)
+        cost.show_allreduce_costs(curves, 1e-6, 1e10, n=8,
+                                  crossover=ref("ring_tree_crossover"))
+        cost.show_allreduce_costs(curves, 1e-6, 1e10, n=3,
+                                  crossover=ref("ring_tree_crossover"))
+        cost.show_topology({"flat ring": ref("flat_ring_time")}, 2, 4, (1e-6, 1e11),
+                           (1e-5, 1e10))
+        records = fake_measure({"ring": None}, [4**k for k in range(1, 8)])
+        cost.show_fit(records, {("ring", 2): (2e-4, 5e-10)}, ref("allreduce_time_ring"),
+                      held_out=[16, 256])
+    assert "above 18.4 KiB" in described[1]
+    assert "no crossover" in described[2]
+    assert "held-out sizes: ring on 2 ranks" in described[4]
+
+
+def test_iteration_bars_mark_layouts_that_do_not_fit():
+    """Does the stacked bar chart stack the five parts to the iteration time, and say which
+    layout is the fastest that fits?"""
+    from distlab import cost
+
+    costs = reference.reference("iteration_costs")
+    model = {"layers": 8, "hidden": 1024, "seq": 1024, "global_batch": 16, "micro_batch": 1,
+             "params": 12 * 8 * 1024**2}
+    cluster = {"nodes": 1, "gpus_per_node": 8, "intra": (3e-6, 3e11), "inter": (1e-5, 5e10),
+               "memory": 0.5e9, "flops": 4e14}
+    layouts = reference.module(ASSIGNMENT).layouts(model, cluster)
+    rows = [(f"{lay}", costs(model, cluster, *lay)) for lay in layouts]
+    fig, totals = cost.draw_iteration_costs(rows, cluster["memory"])
+    cost.plt.close(fig)
+    total = reference.module(ASSIGNMENT).iteration_time
+    assert np.allclose(totals, [total(c) for _, c in rows])
+    assert not all(c["fits"] for _, c in rows) and any(c["fits"] for _, c in rows)
+
+
+def test_measure_times_real_collectives_on_two_ranks():
+    """Does the measurement harness time dist.all_reduce and the notebook's send/recv ring on
+    2 gloo ranks, giving positive times that grow with the size?"""
+    import distlab
+    from distlab import cost
+
+    ring = reference.module(ASSIGNMENT).ring_all_reduce
+    try:
+        records = cost.measure({"all_reduce": None, "ring": ring}, [4, 16 * 2**20])
+    finally:
+        distlab.shutdown()
+    assert [(r["name"], r["nbytes"]) for r in records] == [
+        ("all_reduce", 4), ("all_reduce", 16 * 2**20), ("ring", 4), ("ring", 16 * 2**20)]
+    assert all(r["seconds"] > 0 for r in records)
+    assert records[1]["seconds"] > records[0]["seconds"]
+    assert records[3]["seconds"] > records[2]["seconds"]
+
+
+def test_the_notebook_ring_sums_like_all_reduce():
+    """Does the send/recv ring the notebook measures compute the same sum as dist.all_reduce,
+    for lengths shorter than, equal to and longer than the world size?"""
+    import torch
+
+    import distlab
+
+    ring = reference.module(ASSIGNMENT).ring_all_reduce
+
+    def compare(rank, world_size, ring):
+        out = []
+        for length in (2, 3, 11):
+            x = torch.arange(length, dtype=torch.float64) * (rank + 1)
+            out.append(torch.equal(ring(x.clone()), x / (rank + 1) * 6))
+        return out
+
+    try:
+        assert distlab.run(compare, ring, world_size=3) == [[True] * 3] * 3
+    finally:
+        distlab.shutdown()
+
+
+def solved_cells(edit=None) -> list[str]:
+    """The code cells of the solved notebook, as the judge reads a submission."""
+    from autograder import source
+
+    cells = [c.source for c in source.load(ASSIGNMENT).cells if c.cell_type == "code"]
+    return [edit(c) if edit else c for c in cells]
+
+
+def test_the_judge_grades_outside_the_kernel_with_the_oracles_patched_in(monkeypatch):
+    """Graded by the judge (the learner's code in a separate runner process, the oracles put
+    in place of the notebook's other functions there), does a wrong ring cost nothing in
+    iteration_costs while one wrong blank of it costs one point and is named?"""
+    import sys
+
+    from autograder import judge
+
+    monkeypatch.setattr(judge, "runner_command", lambda *_: [sys.executable, "-m",
+                                                                 "autograder.judge.runner"])
+
+    def edit(code):
+        code = code.replace("steps = 2 * (n - 1)  # BLANK how many steps, both",
+                            "steps = 3 * n  # BLANK how many steps, both")  # a wrong ring
+        return code.replace("pp_messages = 2 * m if", "pp_messages = m if")
+
+    verdicts = judge.verdicts(solved_cells(edit), [("iteration_costs", None),
+                                                   ("cheapest_layout", None)], "test")
+    (earned, possible, report), (cheap_earned, cheap_possible, _) = verdicts
+    assert earned == possible - 1 and "looks wrong: [4]" in "\n".join(report), report
+    assert cheap_earned == cheap_possible == 2
