@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import types
 
-from autograder import source
+from autograder import solved
 from autograder.definitions import definitions, functions
 
 
@@ -19,7 +19,7 @@ def module(assignment: str) -> types.ModuleType:
     """The definitions of one solved notebook as a module (not in sys.modules on purpose:
     cloudpickle then ships its functions by value to the ranks)."""
     mod = types.ModuleType(f"solutions_{assignment}")
-    for cell in source.load(assignment).cells:
+    for cell in solved.load(assignment).cells:
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type == "code" and not meta.get("grade"):
             exec(compile(definitions(cell.source), f"<{assignment}>", "exec"), mod.__dict__)
@@ -29,8 +29,8 @@ def module(assignment: str) -> types.ModuleType:
 @functools.cache
 def locate(name: str) -> tuple[str, object, list]:
     """(assignment, solution cell, blanks) of the solution cell that defines function `name`."""
-    for assignment in source.assignment_ids():
-        for cell, blanks in source.solution_cells(assignment):
+    for assignment in solved.assignment_ids():
+        for cell, blanks in solved.solution_cells(assignment):
             if name in functions(cell.source):
                 return assignment, cell, blanks
     raise KeyError(f"no solution cell in solutions/ defines a function named {name!r}")

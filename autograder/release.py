@@ -17,22 +17,22 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import source
+from autograder import solved
 from autograder.nbgrader_cli import nbgrader
 
-RELEASE = source.ROOT / "notebooks"
-SOURCE = source.GRADING / "source"
+RELEASE = solved.ROOT / "notebooks"
+SOURCE = solved.GRADING / "source"
 
 
-def write_sources(ids: list[str], into: Path = SOURCE, solutions: Path = source.SOLUTIONS):
+def write_sources(ids: list[str], into: Path = SOURCE, solutions: Path = solved.SOLUTIONS):
     for assignment in ids:
         path = into / assignment / f"{assignment}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(source.load(assignment, solutions), path)
+        nbformat.write(solved.load(assignment, solutions), path)
 
 
 def release(ids: list[str], release_dir: Path = RELEASE, source_dir: Path = SOURCE,
-            db: Path | None = None, solutions: Path = source.SOLUTIONS) -> None:
+            db: Path | None = None, solutions: Path = solved.SOLUTIONS) -> None:
     """Write the solved sources, then let nbgrader blank them into `release_dir`."""
     write_sources(ids, source_dir, solutions)
     overrides = {"source_directory": str(source_dir), "release_directory": str(release_dir)}
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("ids", nargs="*", help="assignment ids (default: all)")
     parser.add_argument("--check", action="store_true", help="only report stale notebooks")
     args = parser.parse_args(argv)
-    ids = args.ids or source.assignment_ids()
+    ids = args.ids or solved.assignment_ids()
     if args.check:
         old = stale(ids)
         for assignment in old:

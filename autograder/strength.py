@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
 
-from autograder import source
+from autograder import solved
 from autograder.definitions import definitions
 from autograder.markers import BLANK, Blank, MarkerError, blank_source, comment_start
 from autograder.mutants import (
@@ -154,17 +154,17 @@ def _holder(tree: ast.Module | None, row: int) -> ast.AST | None:
 _modules: dict = {}
 
 
-def namespace(assignment: str, solutions: Path = source.SOLUTIONS) -> dict:
+def namespace(assignment: str, solutions: Path = solved.SOLUTIONS) -> dict:
     """The notebook's definitions: autograder.reference.module, also for solved sources kept
     elsewhere (tests)."""
     from autograder import reference
 
-    if Path(solutions) == source.SOLUTIONS:
+    if Path(solutions) == solved.SOLUTIONS:
         return reference.module(assignment).__dict__
     key = assignment, str(solutions)
     if key not in _modules:  # reference.module's recipe
         module = types.ModuleType(f"solutions_{assignment}")
-        for cell in source.load(assignment, Path(solutions)).cells:
+        for cell in solved.load(assignment, Path(solutions)).cells:
             if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade"):
                 exec(compile(definitions(cell.source), f"<{assignment}>", "exec"),
                      module.__dict__)
@@ -172,11 +172,11 @@ def namespace(assignment: str, solutions: Path = source.SOLUTIONS) -> dict:
     return _modules[key]
 
 
-def plan(assignment: str, solutions: Path = source.SOLUTIONS) -> list[BlankCase]:
+def plan(assignment: str, solutions: Path = solved.SOLUTIONS) -> list[BlankCase]:
     """Every blank of an assignment with its mutants and mutated cells; nothing run yet."""
-    path = source.source_path(assignment, solutions)
-    shown = path.relative_to(source.ROOT) if path.is_relative_to(source.ROOT) else path
-    nb = source.load(assignment, solutions)
+    path = solved.source_path(assignment, solutions)
+    shown = path.relative_to(solved.ROOT) if path.is_relative_to(solved.ROOT) else path
+    nb = solved.load(assignment, solutions)
     names, tests = namespace(assignment, solutions), _tests()
     firsts = _first_lines(path, nb)
     cases = []
@@ -457,7 +457,7 @@ class Report:
 
 
 def check(ids: list[str] | None = None, jobs: int | None = None, seeds: int = 1,
-          timeout: float | None = None, solutions: Path = source.SOLUTIONS) -> list[Report]:
+          timeout: float | None = None, solutions: Path = solved.SOLUTIONS) -> list[Report]:
     """The check on assignments `ids` (default: all), one Report each. `seeds`: students'
     seeds per hidden test; `timeout`: seconds per mutant (default: from its reference)."""
     import torch  # noqa: F401 - imported here, once, before the workers fork
@@ -465,7 +465,7 @@ def check(ids: list[str] | None = None, jobs: int | None = None, seeds: int = 1,
     import autograder.grade_cell  # noqa: F401
     import distlab  # noqa: F401
 
-    ids = ids or source.assignment_ids(solutions)
+    ids = ids or solved.assignment_ids(solutions)
     reports = [Report(assignment, plan(assignment, solutions)) for assignment in ids]
     students = [""] + [f"strength-{k}" for k in range(1, seeds)]
     workers = Workers(jobs or len(os.sched_getaffinity(0)))

@@ -2,8 +2,8 @@
 
 import importlib
 
-for name in ("bench.bench_launch", "bench.bench_ring", "bench.bench_notebooks",
-             "bench.bench_grading"):
+for name in ("bench.bench_launch", "bench.bench_ring", "bench.bench_cost",
+             "bench.bench_notebooks", "bench.bench_grading"):
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as err:

@@ -21,18 +21,18 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from autograder import source
+from autograder import solved
 from bench import table
 
 ASSIGNMENT = "01_collectives"
 
 
 def _submit(grading: Path, students: int) -> None:
-    solved = source.load(ASSIGNMENT)
+    solved_nb = solved.load(ASSIGNMENT)
     for k in range(students):
         folder = grading / "submitted" / f"student{k:02d}" / ASSIGNMENT
         folder.mkdir(parents=True, exist_ok=True)
-        nbformat.write(solved, folder / f"{ASSIGNMENT}.ipynb")
+        nbformat.write(solved_nb, folder / f"{ASSIGNMENT}.ipynb")
 
 
 def _env(grading: Path) -> dict:
@@ -43,7 +43,7 @@ def _env(grading: Path) -> dict:
 
 def _timed(command: list[str], env: dict) -> float:
     start = time.perf_counter()
-    subprocess.run(command, cwd=source.ROOT, env=env, check=True, capture_output=True)
+    subprocess.run(command, cwd=solved.ROOT, env=env, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
@@ -66,7 +66,7 @@ def main(students: int = 4) -> list[dict]:
         # release once, outside the timings (make grade then finds it up to date)
         release = ("from autograder.batch import cli as grade; "
                    f"grade.release_if_changed([{ASSIGNMENT!r}], grade.db_url())")
-        subprocess.run([sys.executable, "-c", release], cwd=source.ROOT, env=env, check=True,
+        subprocess.run([sys.executable, "-c", release], cwd=solved.ROOT, env=env, check=True,
                        capture_output=True)
         serial = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force"],
                         env)
@@ -77,7 +77,7 @@ def main(students: int = 4) -> list[dict]:
         one = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT,
                       "--student", "student00", "--force"], env)
     start = time.perf_counter()
-    NotebookClient(source.load(ASSIGNMENT), kernel_name="python3", timeout=600).execute()
+    NotebookClient(solved.load(ASSIGNMENT), kernel_name="python3", timeout=600).execute()
     plain = time.perf_counter() - start
     per_minute = 60 * students
     rows = [

@@ -13,7 +13,7 @@ import time
 import nbformat
 from nbclient import NotebookClient
 
-from autograder import source
+from autograder import solved
 from bench import table
 
 
@@ -28,8 +28,8 @@ def main() -> list[dict]:
     baseline = wall_time(empty)
     rows = [{"notebook": "baseline: empty (kernel + import distlab)",
              "seconds": f"{baseline:.1f}", "ratio": "1.0x"}]
-    for assignment in source.assignment_ids():
-        seconds = wall_time(source.load(assignment))
+    for assignment in solved.assignment_ids():
+        seconds = wall_time(solved.load(assignment))
         rows.append({"notebook": f"{assignment} (solved)", "seconds": f"{seconds:.1f}",
                      "ratio": f"{seconds / baseline:.1f}x"})
     table("Notebooks executed top to bottom", rows)

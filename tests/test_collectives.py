@@ -125,13 +125,13 @@ def test_reference_passes_its_hidden_test_on_real_ranks(name, seed, capfd):
 
 def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
     """Is every solution cell graded by a test cell worth one point per blank?"""
-    from autograder import source
+    from autograder import solved
 
-    nb = source.load(ASSIGNMENT)
+    nb = solved.load(ASSIGNMENT)
     points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
               for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
     names = []
-    for cell, blanks in source.solution_cells(ASSIGNMENT):
+    for cell, blanks in solved.solution_cells(ASSIGNMENT):
         (name,) = functions(cell.source)
         names.append(name)
         assert points[f"{name}_tests"] == len(blanks), name
@@ -182,9 +182,9 @@ def test_grading_names_the_wrong_blank(name, number, wrong):
 
 def solved_cells(edit=None) -> list[str]:
     """The code cells of the solved notebook, as the judge reads a submission."""
-    from autograder import source
+    from autograder import solved
 
-    cells = [c.source for c in source.load(ASSIGNMENT).cells if c.cell_type == "code"]
+    cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
     return [edit(c) if edit else c for c in cells]
 
 
@@ -247,12 +247,12 @@ def test_ring_allreduce_refuses_a_length_it_would_truncate():
 def test_visible_checks_pass_on_the_reference(monkeypatch, capsys):
     """Run top to bottom (graded cells left out), does every check cell of the solved notebook
     pass and print its ✓?"""
-    from autograder import source
+    from autograder import solved
     from distlab import collectives as plots
 
     monkeypatch.setattr(plots.plt, "show", lambda *a, **k: plots.plt.close("all"))
     namespace = {"__name__": "__main__"}
-    nb = source.load(ASSIGNMENT)
+    nb = solved.load(ASSIGNMENT)
     for cell in nb.cells:
         if cell.cell_type == "code" and not cell.metadata["nbgrader"].get("grade"):
             exec(compile(cell.source, f"<{cell.id}>", "exec"), namespace)

@@ -165,13 +165,13 @@ def test_reference_passes_its_hidden_test(name, seed, capfd):
 
 def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
     """Is every solution cell graded by a test cell worth one point per blank?"""
-    from autograder import source
+    from autograder import solved
 
-    nb = source.load(ASSIGNMENT)
+    nb = solved.load(ASSIGNMENT)
     points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
               for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
     names = []
-    for cell, blanks in source.solution_cells(ASSIGNMENT):
+    for cell, blanks in solved.solution_cells(ASSIGNMENT):
         (name,) = functions(cell.source)
         names.append(name)
         assert points[f"{name}_tests"] == len(blanks), name
@@ -183,13 +183,13 @@ def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
 def test_function_names_are_unique_across_the_course():
     """Is no function of this notebook's solution cells also defined in another notebook's
     (the grader finds a function by its name alone)?"""
-    from autograder import source
+    from autograder import solved
 
     mine = set(NAMES)
-    for assignment in source.assignment_ids():
+    for assignment in solved.assignment_ids():
         if assignment == ASSIGNMENT:
             continue
-        for cell, _ in source.solution_cells(assignment):
+        for cell, _ in solved.solution_cells(assignment):
             assert not mine & set(functions(cell.source)), assignment
 
 
@@ -331,13 +331,13 @@ def fake_measure(collectives, sizes, world_sizes=(2,), only=None):
 def test_visible_checks_pass_on_the_reference(monkeypatch, capsys):
     """Run top to bottom (graded cells left out, the measurement faked), does every check cell
     of the solved notebook pass and print its ✓, writing no warnings?"""
-    from autograder import source
+    from autograder import solved
     from distlab import cost
 
     monkeypatch.setattr(cost.plt, "show", lambda *a, **k: cost.plt.close("all"))
     monkeypatch.setattr(cost, "measure", fake_measure)
     namespace = {"__name__": "__main__"}
-    nb = source.load(ASSIGNMENT)
+    nb = solved.load(ASSIGNMENT)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for cell in nb.cells:
@@ -437,9 +437,9 @@ def test_the_notebook_ring_sums_like_all_reduce():
 
 def solved_cells(edit=None) -> list[str]:
     """The code cells of the solved notebook, as the judge reads a submission."""
-    from autograder import source
+    from autograder import solved
 
-    cells = [c.source for c in source.load(ASSIGNMENT).cells if c.cell_type == "code"]
+    cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
     return [edit(c) if edit else c for c in cells]
 
 

@@ -5,12 +5,12 @@ import re
 
 import pytest
 
-from autograder import release, source
+from autograder import release, solved
 from autograder.definitions import functions
 from autograder.markers import blank_source
 
-IDS = source.assignment_ids()
-RELEASED = {a: (source.ROOT / "notebooks" / a / f"{a}.ipynb") for a in IDS}
+IDS = solved.assignment_ids()
+RELEASED = {a: (solved.ROOT / "notebooks" / a / f"{a}.ipynb") for a in IDS}
 GRADE_CALL = re.compile(r"^grade\((\w+)(?:, points=([\d.]+))?\)$", re.M)
 
 
@@ -40,7 +40,7 @@ def test_no_answer_or_hidden_test_is_released(assignment):
     """Is each learner cell exactly its solved cell with the answers blanked, and is no
     hidden-test line anywhere in the learner notebook?"""
     text, released = released_text(assignment), released_cells(assignment)
-    for cell in source.load(assignment).cells:
+    for cell in solved.load(assignment).cells:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution"):
             template, blanks = blank_source(cell.source)
@@ -69,10 +69,10 @@ def test_every_learner_cell_has_blanks_and_a_kernel(assignment):
 def test_points_match_the_blanks_they_grade(assignment):
     """Is each graded cell worth as many points as the blanks it grades (one per blank)?"""
     blanks = {}
-    for cell, cell_blanks in source.solution_cells(assignment):
+    for cell, cell_blanks in solved.solution_cells(assignment):
         for name in functions(cell.source):
             blanks[name] = len(cell_blanks)
-    for cell in source.load(assignment).cells:
+    for cell in solved.load(assignment).cells:
         meta = cell.metadata.get("nbgrader", {})
         for name, points in GRADE_CALL.findall(cell.source) if meta.get("grade") else []:
             expected = float(points) if points else blanks[name]
@@ -81,7 +81,7 @@ def test_points_match_the_blanks_they_grade(assignment):
 
 def test_learner_function_names_are_unique_across_the_course():
     """Can the grader find each function's solution cell by name alone?"""
-    names = [name for a in IDS for cell, _ in source.solution_cells(a)
+    names = [name for a in IDS for cell, _ in solved.solution_cells(a)
              for name in functions(cell.source)]
     assert len(names) == len(set(names))
 
@@ -89,7 +89,7 @@ def test_learner_function_names_are_unique_across_the_course():
 def test_blanked_solution_cells_parse():
     """Does every released solution cell still parse as Python?"""
     for assignment in IDS:
-        for cell, _ in source.solution_cells(assignment):
+        for cell, _ in solved.solution_cells(assignment):
             compile(blank_source(cell.source)[0], assignment, "exec")
 
 
@@ -99,8 +99,8 @@ def test_every_solved_function_is_its_template_outside_the_blanks(assignment):
     only, so that grading it as "the template with the learner's fills" changes nothing?"""
     from autograder.diagnose import changed_line
 
-    for cell, _ in source.solution_cells(assignment):
+    for cell, _ in solved.solution_cells(assignment):
         template, _ = blank_source(cell.source)
-        for name, solved in functions(cell.source).items():
-            line = changed_line(solved, functions(template)[name])
+        for name, code in functions(cell.source).items():
+            line = changed_line(code, functions(template)[name])
             assert line is None, f"{name}: line {line} differs from its template"

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from queue import SimpleQueue
 
-from autograder import nbgrader_cli, source
+from autograder import nbgrader_cli, solved
 from autograder.batch import worker
 from autograder.judge import sandbox, wire
 
-GRADING = source.GRADING
+GRADING = solved.GRADING
 SUBMITTED = GRADING / "submitted"
 GRADES = GRADING / "grades"
 FEEDBACK = GRADING / "feedback"
@@ -49,7 +49,7 @@ def db_url() -> str:
     """The gradebook's SQLAlchemy URL, as nbgrader_config.py sets it."""
     from traitlets.config.loader import PyFileConfigLoader
 
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(source.ROOT)).load_config()
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(solved.ROOT)).load_config()
     return config.CourseDirectory.db_url
 
 
@@ -70,7 +70,7 @@ def release_if_changed(ids: list[str], url: str) -> None:
     it)."""
     for assignment in ids:
         stamp = GRADING / "release" / assignment / ".source-sha256"
-        digest = hashlib.sha256(source.source_path(assignment).read_bytes()).hexdigest()
+        digest = hashlib.sha256(solved.source_path(assignment).read_bytes()).hexdigest()
         if stamp.exists() and stamp.read_text() == digest and Path(db_path(url)).exists():
             continue
         from autograder import release  # here: it imports nbgrader
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     if rest := [flag for flag in unknown if flag not in limits]:
         parser.error(f"unrecognized arguments: {' '.join(rest)} (limits: "
                      "--GradingLimits.NAME=VALUE)")
-    ids = args.ids or source.assignment_ids()
+    ids = args.ids or solved.assignment_ids()
     todo = submissions(ids)
     if not todo:
         print(f"no submissions under {SUBMITTED}/<student>/<assignment>/")

@@ -20,7 +20,7 @@ import time
 
 from autograder.definitions import functions
 from autograder.judge import wire
-from autograder.source import ROOT
+from autograder.solved import ROOT
 
 CALL_TIMEOUT = 60.0  # s per call of a learner's function; GradingLimits.call_seconds sets it
 START_TIMEOUT = 120.0  # s for the runner to import torch and start the ranks' launcher

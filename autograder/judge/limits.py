@@ -16,7 +16,7 @@ from traitlets.config import Configurable
 
 from autograder import judge
 from autograder.judge import sandbox
-from autograder.source import GRADING
+from autograder.solved import GRADING
 
 
 class GradingLimits(Configurable):

@@ -89,7 +89,7 @@ def available() -> bool:
 def default_hidden() -> list[str]:
     """The answers and other students' work: solutions/, the grading folder (gradebook,
     submissions) and the repository's .git (every solution ever committed is in it)."""
-    from autograder.source import GRADING, ROOT, SOLUTIONS  # here: it imports jupytext
+    from autograder.solved import GRADING, ROOT, SOLUTIONS  # here: it imports jupytext
 
     return [str(SOLUTIONS), str(GRADING), str(ROOT / ".git")]
 

@@ -21,7 +21,7 @@ import nbclient
 import nbformat
 import pytest
 
-from autograder import source
+from autograder import solved
 from autograder.judge import sandbox
 from autograder.judge.sandbox import Limits, kernelspec, wrap
 
@@ -109,7 +109,7 @@ def test_does_wrap_refuse_to_hide_a_file(tmp_path):
 
 def test_do_the_default_hidden_folders_cover_the_answers_and_the_grading_data():
     hidden = sandbox.default_hidden()
-    assert str(source.SOLUTIONS) in hidden and str(source.GRADING) in hidden
+    assert str(solved.SOLUTIONS) in hidden and str(solved.GRADING) in hidden
     assert str(ROOT / ".git") in hidden  # every committed solution is in there too
 
 
@@ -209,7 +209,7 @@ def test_are_hidden_folders_empty_inside(uid, outside_tmp):
     os.chmod(secret / "answer.txt", 0o644)
     result = sandboxed(f"""
         import os
-        for folder in ["{secret}", "{source.SOLUTIONS}", "{ROOT / '.git'}"]:
+        for folder in ["{secret}", "{solved.SOLUTIONS}", "{ROOT / '.git'}"]:
             print(os.listdir(folder))
     """, uid, hidden=[str(secret), *sandbox.default_hidden()])
     assert result.stdout.split("\n")[:3] == ["[]"] * 3, result.stderr

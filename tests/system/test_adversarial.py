@@ -31,11 +31,11 @@ import pytest
 from adversarial import ALL, KINDS
 from nbgrader.api import Gradebook
 
-from autograder import source
+from autograder import solved
 from autograder.judge import sandbox
 
 ASSIGNMENT = "01_collectives"
-ROOT = source.ROOT
+ROOT = solved.ROOT
 RELEASED = ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 JOBS = 2
 # Small limits, so that hazards end fast (the defaults are minutes).
@@ -168,12 +168,12 @@ def digest(paths) -> dict[str, str]:
 
 def build(names: list[str], grading: Path) -> dict[str, bytes]:
     """Write each student's submission folder; return what each handed in, as one text."""
-    solved = source.load(ASSIGNMENT)
+    solved_nb = solved.load(ASSIGNMENT)
     released = nbformat.read(str(RELEASED), as_version=4)
     handed_in = {}
     for name in names:
         folder = grading / "submitted" / name / ASSIGNMENT
-        files = KINDS[name].submission(solved, released, f"{ASSIGNMENT}.ipynb")
+        files = KINDS[name].submission(solved_nb, released, f"{ASSIGNMENT}.ipynb")
         for file, data in files.items():
             (folder / file).parent.mkdir(parents=True, exist_ok=True)
             (folder / file).write_bytes(data)
@@ -264,7 +264,7 @@ def course():
     points = {cell.metadata["nbgrader"]["grade_id"]: float(cell.metadata["nbgrader"]["points"])
               for cell in released.cells
               if cell.metadata.get("nbgrader", {}).get("grade")}
-    secrets = sorted({blank.answer for _, blanks in source.solution_cells(ASSIGNMENT)
+    secrets = sorted({blank.answer for _, blanks in solved.solution_cells(ASSIGNMENT)
                       for blank in blanks if len(blank.answer) >= 8
                       and blank.answer not in visible})
     return {"points": points, "max": sum(points.values()), "secrets": secrets}

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import source
+from autograder import solved
 from autograder.batch.worker import problem
 from autograder.judge import sandbox
 
@@ -22,7 +22,7 @@ TIMEOUT = 20  # make grade's --timeout here: the toy's solved submission takes a
 
 def toy_source() -> str:
     """A one-exercise assignment: notebook 01's chunk_bounds cell, with its graded cell."""
-    text = source.source_path("01_collectives").read_text()
+    text = solved.source_path("01_collectives").read_text()
     start = text.index('# %% solution="chunk_bounds"')
     end = text.index("# %%", text.index('# %% tests="chunk_bounds_tests"') + 1)
     return "# %% [markdown]\n# # A toy assignment\n\n# %%\nimport numpy as np\n\n" + text[start:end]
@@ -36,7 +36,7 @@ def _env(grading: Path) -> dict:
 
 def _grade(grading: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autograder.batch", ASSIGNMENT, *flags],
-                          cwd=source.ROOT, env=_env(grading), capture_output=True, text=True,
+                          cwd=solved.ROOT, env=_env(grading), capture_output=True, text=True,
                           timeout=600)
 
 
@@ -69,11 +69,11 @@ def grading(tmp_path_factory):
     toy.parent.mkdir(parents=True)
     toy.write_text(toy_source())
     solutions = toy.parent.parent
-    slow = source.load(ASSIGNMENT, solutions)
+    slow = solved.load(ASSIGNMENT, solutions)
     first = next(c for c in slow.cells if c.metadata.get("nbgrader", {}).get("solution"))
     first.source = "import time\ntime.sleep(600)\n" + first.source
     _submit(grading, "a_slow", slow)  # graded first: --jobs 1 goes in sorted order
-    _submit(grading, "b_solved", source.load(ASSIGNMENT, solutions))
+    _submit(grading, "b_solved", solved.load(ASSIGNMENT, solutions))
     return grading
 
 

@@ -20,9 +20,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lab_server import ROOT, LabServer, unavailable  # noqa: E402
 
-from autograder import source  # noqa: E402
+from autograder import solved  # noqa: E402
 
-IDS = source.assignment_ids()
+IDS = solved.assignment_ids()
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

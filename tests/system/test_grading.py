@@ -13,14 +13,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import source
+from autograder import solved
 from autograder.markers import blank_source
 from autograder.nbgrader_cli import nbgrader
 
-IDS = source.assignment_ids()
+IDS = solved.assignment_ids()
 # per notebook: a graded function, one of its blanks, and a wrong answer for it
 WRONG = {
     "01_collectives": ("ring_allreduce", 2, lambda answer: f"({answer}) + 1"),
+    "02_cost_models": ("allreduce_time_ring", 1, lambda answer: "n - 1"),
 }
 KINDS = ("solved", "untouched", "one_wrong")
 CHEAT = "ring_allreduce"  # in 01, the cheat replaces its body with a numpy mean
@@ -45,7 +46,7 @@ def cheat(nb):
 def one_wrong_blank(assignment):
     """The solved notebook with one blank answered wrongly."""
     function, number, wrong = WRONG[assignment]
-    nb = source.load(assignment)
+    nb = solved.load(assignment)
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == function:
             blank = blank_source(cell.source)[1][number - 1]
@@ -59,9 +60,9 @@ def one_wrong_blank(assignment):
 
 def submission(assignment, kind):
     if kind == "solved":
-        return source.load(assignment)
+        return solved.load(assignment)
     if kind == "untouched":
-        path = source.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
+        path = solved.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
         return nbformat.read(str(path), as_version=4)
     return one_wrong_blank(assignment)
 
@@ -86,9 +87,9 @@ def graded(grading):
             nbformat.write(submission(assignment, kind), folder / f"{assignment}.ipynb")
     folder = grading / "submitted" / "cheat" / "01_collectives"
     folder.mkdir(parents=True)
-    nbformat.write(cheat(source.load("01_collectives")), folder / "01_collectives.ipynb")
+    nbformat.write(cheat(solved.load("01_collectives")), folder / "01_collectives.ipynb")
     result = subprocess.run([sys.executable, "-m", "autograder.batch", *WRONG],
-                            cwd=source.ROOT, env=env, capture_output=True, text=True,
+                            cwd=solved.ROOT, env=env, capture_output=True, text=True,
                             timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
     rows, feedback = {}, {}
@@ -161,7 +162,7 @@ def test_nbgrader_cli_grades_like_make_grade(grading, graded):
     assignment = IDS[0]
     folder = grading / "submitted" / "cli" / assignment
     folder.mkdir(parents=True)
-    nbformat.write(source.load(assignment), folder / f"{assignment}.ipynb")
+    nbformat.write(solved.load(assignment), folder / f"{assignment}.ipynb")
     overrides = {"db_url": f"sqlite:///{grading / 'gradebook.db'}"}
     nbgrader("autograde", assignment, "--student", "cli", "--force", env=env, timeout=900,
              **overrides)

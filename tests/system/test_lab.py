@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from lab_server import NOTEBOOK, ROOT, LabServer, recipe, unavailable
 
-from autograder import source
+from autograder import solved
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
@@ -31,13 +31,13 @@ def filled_notebook():
     """The learner notebook with every blank filled: each learner cell replaced by its solved
     cell (the locked cells, their checksums and the empty graded cells stay as released)."""
     nb = nbformat.read(ROOT / "notebooks" / NOTEBOOK, as_version=4)
-    solved = {cell.metadata["nbgrader"]["grade_id"]: cell.source
-              for cell in source.load(NOTEBOOK.split("/")[0]).cells
+    answers = {cell.metadata["nbgrader"]["grade_id"]: cell.source
+              for cell in solved.load(NOTEBOOK.split("/")[0]).cells
               if cell.metadata.get("nbgrader", {}).get("solution")}
     learner_cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
-    assert learner_cells and {c.metadata.nbgrader.grade_id for c in learner_cells} == set(solved)
+    assert learner_cells and {c.metadata.nbgrader.grade_id for c in learner_cells} == set(answers)
     for cell in learner_cells:
-        cell.source = solved[cell.metadata.nbgrader.grade_id]
+        cell.source = answers[cell.metadata.nbgrader.grade_id]
     assert "_____" not in "".join(c.source for c in learner_cells)
     return nb
 

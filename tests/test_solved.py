@@ -2,7 +2,7 @@
 
 import pytest
 
-from autograder import source
+from autograder import solved
 from autograder.markers import MarkerError
 
 TOY = '''# %% [markdown]
@@ -34,7 +34,7 @@ def write(tmp_path, text, name="00_toy"):
 
 def test_cells_get_nbgrader_metadata_kernelspec_and_stable_ids(tmp_path):
     """Does each kind of cell get the nbgrader metadata it needs, and a stable id?"""
-    nb = source.load("00_toy", write(tmp_path, TOY))
+    nb = solved.load("00_toy", write(tmp_path, TOY))
     kinds = [(c.cell_type, c.metadata.get("nbgrader", {}).get("grade_id")) for c in nb.cells]
     assert kinds == [("markdown", None), ("code", "locked_00"), ("code", "add_one"),
                      ("code", "locked_01"), ("code", "add_one_tests")]
@@ -50,14 +50,14 @@ def test_marker_outside_a_solution_cell_names_file_and_line(tmp_path):
     """Is a BLANK in a locked cell refused with the file and the cell's line?"""
     bad = TOY.replace("assert add_one(1) == 2", "assert add_one(1) == 2  # BLANK")
     with pytest.raises(MarkerError, match=r"00_toy\.py:13: BLANK markers belong in a solution"):
-        source.load("00_toy", write(tmp_path, bad))
+        solved.load("00_toy", write(tmp_path, bad))
 
 
 def test_bad_span_names_the_line_in_the_solution_file(tmp_path):
     """Does a span that matches nothing point at its line in the .py file?"""
     bad = TOY.replace("# BLANK add one", "# BLANK `x + 2`")
     with pytest.raises(MarkerError, match=r"00_toy\.py:9: BLANK `x \+ 2` matches nothing"):
-        source.load("00_toy", write(tmp_path, bad))
+        solved.load("00_toy", write(tmp_path, bad))
 
 
 def test_assignments_are_found_by_folder_name(tmp_path):
@@ -65,4 +65,4 @@ def test_assignments_are_found_by_folder_name(tmp_path):
     write(tmp_path, TOY)
     write(tmp_path, TOY, "01_other")
     (tmp_path / "01_other" / "helper.py").write_text("")
-    assert source.assignment_ids(tmp_path) == ["00_toy", "01_other"]
+    assert solved.assignment_ids(tmp_path) == ["00_toy", "01_other"]
