@@ -47,9 +47,6 @@ from autograder.preprocessors import (  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by traitlets when this file is loaded)
 
-# `nbgrader autograde`, or one of make grade's workers (autograder/batch/worker.py)
-AUTOGRADING = "autograde" in sys.argv or os.environ.get("DISTLAB_AUTOGRADE") == "1"
-
 # All grading data lives in one git-ignored folder (DISTLAB_GRADING_DIR moves it, e.g. in tests).
 GRADING = os.environ.get("DISTLAB_GRADING_DIR", os.path.join(HERE, "grading"))
 
@@ -92,31 +89,17 @@ c.GenerateFeedback.preprocessors = [GetGrades, HideTests, CSSHTMLHeaderPreproces
 c.Validator.validate_all = True
 # Kernels that Validate starts encrypt their traffic where pyzmq can (CurveZMQ), which also
 # keeps ipykernel's "running over TCP without encryption" warning out of the learner's output.
-# (Autograding's sandboxed kernel is configured by judging.configure below.)
-if zmq.has("curve") and not AUTOGRADING:
+# ("auto": only kernels whose kernelspec says they can; the grading sandbox's talks over IPC.)
+if zmq.has("curve"):
     c.KernelManager.transport_encryption = "auto"
 
-# Autograding runs the learner's kernel in a sandbox and lets the judge, outside it, decide
-# every grade(fn) cell. Limits per cell and per submission (see autograder/judge/limits.py):
+# Autograding runs the learner's kernel in a sandbox (CappedExecute) and lets the judge, outside
+# it, decide every grade(fn) cell (JudgeGrades), however autograding is started: make grade,
+# `nbgrader autograde`, the formgrader or nbgrader's Python API. Limits per cell and per
+# submission (see autograder/judge/limits.py; `--GradingLimits.NAME=VALUE` on a command line):
 # c.GradingLimits.cell_seconds = 120
 # c.GradingLimits.notebook_seconds = 1800
 # c.GradingLimits.memory_bytes = 6 << 30
-if AUTOGRADING:
-    from autograder.judge import limits as grading  # noqa: E402
-    from autograder.judge import sandbox  # noqa: E402
-
-    flags = grading.command_line_limits(sys.argv[1:])
-    if flags is not None:
-        c.merge(flags)
-    limits = grading.GradingLimits(config=c)
-    slot = grading.slot()
-    c.Execute.kernel_name = grading.install_kernel(limits, slot)
-    if sandbox.available():
-        uid = sandbox.uid_for(slot)
-        c.CappedExecute.sockets, c.CappedExecute.sockets_uid = sandbox.sockets_folder(uid), uid
-    c.Execute.timeout = limits.cell_seconds
-    c.Execute.startup_timeout = 120
-    c.JudgeGrades.slot = slot
 
 # nbgrader's own lists. A copied cell is an ordinary cell, not a broken notebook:
 c.Autograde.sanitize_preprocessors = [

@@ -138,9 +138,8 @@ def _run(converter, log: logging.Logger) -> str:
 
 def main(argv: list[str]) -> int:
     slot, flags = argv[0], argv[1:]
-    # nbgrader_config.py puts the sandbox and the judge in autograding (judging.configure) and
-    # reads the slot and the --GradingLimits flags; set before nbgrader loads it.
-    os.environ.update(DISTLAB_AUTOGRADE="1", DISTLAB_SLOT=slot)
+    # The slot's sandbox uid, for CappedExecute and JudgeGrades (judge/limits.slot)
+    os.environ["DISTLAB_SLOT"] = slot
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever else prints goes to the log
 
@@ -156,6 +155,9 @@ def main(argv: list[str]) -> int:
     # it: nbgrader would log it and grade on, without the sandbox and the judge.
     app = AutogradeApp(raise_config_file_errors=True)
     app.initialize(flags)
+    from autograder.judge.limits import GradingLimits
+
+    GradingLimits(parent=app)  # a bad limit stops the worker now, not every submission
     reply({"ready": True, "db_url": app.coursedir.db_url})
     for line in sys.stdin:
         job = json.loads(line)

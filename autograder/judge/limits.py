@@ -1,8 +1,10 @@
 """What one submission may use while it is graded, and the sandboxed kernel it runs in.
 
-nbgrader_config.py reads these for autograding. `make grade` runs several autogrades at once
-and gives each a slot (DISTLAB_SLOT): its own sandbox uid, so one submission's process limit
-or memory cannot touch another's.
+CappedExecute (the kernel) and JudgeGrades (the judge's runners) read them whenever nbgrader
+autogrades, whatever started it: `make grade`, `nbgrader autograde`, the formgrader's button or
+nbgrader's Python API. `make grade` runs several autogrades at once and gives each a slot
+(DISTLAB_SLOT): its own sandbox uid, so one submission's process limit or memory cannot touch
+another's.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 from traitlets import Float, Int
 from traitlets.config import Configurable
@@ -46,8 +49,9 @@ def slot() -> int:
     return int(os.environ.get("DISTLAB_SLOT", "0"))
 
 
-def install_kernel(limits: GradingLimits, slot_number: int) -> str:
-    """Write this slot's kernelspec, put it on JUPYTER_PATH, and return the kernel's name."""
+def install_kernel(limits: GradingLimits, slot_number: int) -> Path:
+    """Write this slot's sandboxed kernelspec; return the folder of its `kernels/` (give it to
+    a KernelSpecManager: nothing else in this process sees the kernel)."""
     folder = GRADING / "jupyter" / f"slot{slot_number}"
     env = {**sandbox.default_env(), "DISTLAB_JUDGE": "1"}
     if sandbox.available():  # no network of its own: CappedExecute talks to it over IPC
@@ -59,15 +63,4 @@ def install_kernel(limits: GradingLimits, slot_number: int) -> str:
         (spec / "kernel.json").write_text(json.dumps({
             "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "Python 3 (grading)", "language": "python", "env": env}, indent=1))
-    os.environ["JUPYTER_PATH"] = os.pathsep.join(
-        filter(None, [str(folder), os.environ.get("JUPYTER_PATH")]))
-    return sandbox.KERNEL_NAME
-
-
-def command_line_limits(argv: list[str]):
-    """`--GradingLimits.NAME=VALUE` flags of a command line, as a config to merge: nbgrader's
-    config file does not see the command line, and the kernelspec is written from them."""
-    from traitlets.config.loader import KVArgParseConfigLoader
-
-    flags = [arg for arg in argv if arg.startswith("--GradingLimits.")]
-    return KVArgParseConfigLoader(argv=flags).load_config() if flags else None
+    return folder / "kernels"

@@ -1,7 +1,10 @@
 """CappedExecute: nbgrader's Execute for a kernel that runs untrusted code.
 
-With `sockets` set, it reaches the kernel over IPC sockets in a fresh folder made for that
-kernel alone (the sandboxed kernel has no network of its own: see sandbox.kernelspec).
+The kernel is the sandboxed one of this grading slot (GradingLimits; see judge/limits.py),
+set up here when the notebook runs, so every way of autograding (make grade, the nbgrader CLI,
+the formgrader, nbgrader's Python API) runs submissions in the sandbox. Where the sandbox
+works, the kernel is reached over IPC sockets in a fresh folder made for that kernel alone (it
+has no network of its own: see sandbox.kernelspec).
 
 nbgrader's LimitOutput counts lines, after the whole notebook ran: one 100 MB line, or a cell
 that prints as fast as it can until its time limit, would first fill this (trusted, unlimited)
@@ -21,7 +24,7 @@ import zmq
 from jupyter_core.utils import run_sync
 from nbformat.v4 import new_output, output_from_msg
 from nbgrader.preprocessors import Execute
-from traitlets import Int, Unicode
+from traitlets import Bool, Int, Unicode
 
 MAX_MESSAGE = 64 << 20  # a message from the kernel larger than this is refused
 NOTICE = ("\n... output cut here: the grader keeps {} characters of a cell (fewer once the "
@@ -57,13 +60,32 @@ class CappedExecute(Execute):
 
     cell_chars = Int(1 << 20, help="Output characters kept per cell").tag(config=True)
     notebook_chars = Int(8 << 20, help="Output characters kept per notebook").tag(config=True)
-    sockets = Unicode("", help="Folder for the kernel's IPC sockets ('': TCP on 127.0.0.1)"
-                      ).tag(config=True)
+    sandboxed = Bool(True, help="Run the notebook in this grading slot's sandboxed kernel "
+                     "(False: the notebook's own kernel, for tests)").tag(config=True)
+    sockets = Unicode("", help="Folder for the kernel's IPC sockets ('': TCP on 127.0.0.1); "
+                      "set from the sandbox when `sandboxed`").tag(config=True)
     sockets_uid = Int(0, help="The uid the kernel runs as, owner of its sockets").tag(config=True)
+
+    def use_sandbox(self) -> None:
+        """This slot's sandboxed kernelspec, its limits and, where the sandbox works, its IPC
+        sockets folder."""
+        from autograder.judge import limits as grading
+        from autograder.judge import sandbox
+
+        limits = grading.GradingLimits(parent=self)
+        slot = grading.slot()
+        self._kernel_dirs = [str(grading.install_kernel(limits, slot))]
+        self.kernel_name = sandbox.KERNEL_NAME
+        self.timeout, self.startup_timeout = limits.cell_seconds, 120
+        if sandbox.available():
+            self.sockets_uid = sandbox.uid_for(slot)
+            self.sockets = sandbox.sockets_folder(self.sockets_uid)
 
     def preprocess(self, nb, resources=None, km=None):
         self._notebook_used, self._cell_used, self._cut_cells = 0, {}, set()
-        self._socket_folder = None
+        self._socket_folder, self._kernel_dirs = None, []
+        if self.sandboxed and km is None:
+            self.use_sandbox()
         try:
             return super().preprocess(nb, resources, km)
         finally:
@@ -74,6 +96,10 @@ class CappedExecute(Execute):
 
     def create_kernel_manager(self):
         km = super().create_kernel_manager()
+        if self._kernel_dirs:  # this kernel only: the process's own kernel list is untouched
+            from jupyter_client.kernelspec import KernelSpecManager
+
+            km.kernel_spec_manager = KernelSpecManager(kernel_dirs=self._kernel_dirs)
         if self.sockets:
             # Made here, for this kernel only: nothing an earlier kernel of the uid left in
             # the shared folder (a planted file, a symlink) can be in it.

@@ -12,7 +12,7 @@ import re
 from nbformat.v4 import new_output
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Bool, Int
+from traitlets import Bool
 
 from autograder import judge
 from autograder.grade_cell import report_text
@@ -24,8 +24,6 @@ class JudgeGrades(NbGraderPreprocessor):
     """Decide the points of `grade(fn)` cells outside the learner's kernel."""
 
     enabled = Bool(True, help="Judge grade(fn) cells outside the kernel").tag(config=True)
-    slot = Int(0, help="Which sandbox uid the judge's runners use (one per parallel grader)"
-               ).tag(config=True)
 
     def preprocess(self, nb, resources):
         if not self.enabled:
@@ -37,12 +35,12 @@ class JudgeGrades(NbGraderPreprocessor):
             match = GRADE_CALL.search(cell.source) if cell.cell_type == "code" else None
             if utils.is_grade(cell) and match:
                 graded.append((cell, match[1], float(match[2]) if match[2] else None))
-        from autograder.judge.limits import GradingLimits
+        from autograder.judge.limits import GradingLimits, slot
 
         limits = GradingLimits(parent=self)  # the submission's limits hold for the judge too
         try:
             verdicts = judge.verdicts(code, [(name, points) for _, name, points in graded],
-                                      student, self.slot, limits.sandbox_limits(),
+                                      student, slot(), limits.sandbox_limits(),
                                       limits.call_seconds, limits.function_seconds)
         except Exception as err:  # noqa: BLE001 - the notebook still gets a (zero) grade
             self.log.error("judging failed: %s", err)

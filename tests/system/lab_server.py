@@ -73,7 +73,11 @@ def _marked_pids(marker: str) -> list[int]:
 
 
 class LabServer:
-    def __init__(self, workdir: Path, root_dir: Path | None = None):
+    """`make lab` (the learner's Lab), or with `instructor=True` the plain `jupyter lab` an
+    instructor starts in the course root (formgrader and all); `env` adds variables."""
+
+    def __init__(self, workdir: Path, root_dir: Path | None = None, instructor: bool = False,
+                 env: dict | None = None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.runtime = self.workdir / "runtime"
@@ -84,10 +88,18 @@ class LabServer:
         if root_dir is not None:
             args.append(f"--ServerApp.root_dir={root_dir}")
         # A learner types `make lab` in a shell: no outer make's flags, a runtime dir of our own.
+        extra = env or {}
         env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-        env.update({"JUPYTER_RUNTIME_DIR": str(self.runtime), MARKER: self.marker})
+        env.update({"JUPYTER_RUNTIME_DIR": str(self.runtime), MARKER: self.marker, **extra})
+        if instructor:
+            bindir = ROOT / ".venv" / "bin"
+            env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
+            command = [str(bindir / "jupyter"), "lab", *args]
+            command += ["--allow-root"] if os.geteuid() == 0 else []
+        else:
+            command = lab_command(args)
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(lab_command(args), cwd=ROOT, env=env, stdout=self._log,
+        self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self.url = None
         self._stopped = False

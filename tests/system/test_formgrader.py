@@ -1,0 +1,69 @@
+"""Is every door to autograding judged? The formgrader's Autograde button (its HTTP endpoint,
+which calls nbgrader's Python API inside the Jupyter server, where no command line says
+"autograde") must grade in the sandbox with the judge, like make grade and the CLI.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from lab_server import ROOT, LabServer, unavailable
+
+ASSIGNMENT = "01_collectives"
+RELEASED = ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+TAMPER = ("import autograder.grade_cell as grading\n"
+          "grading.grade = lambda fn, points=None: print('score: 5 / 5') or 5.0\n"
+          "print('kernel uid', __import__('os').getuid())\n")
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+
+
+def tampering_submission():
+    """The untouched learner notebook (every blank empty) whose first exercise cell replaces
+    the grade() that graded cells call with one that claims full marks."""
+    nb = nbformat.read(str(RELEASED), as_version=4)
+    first = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    first.source = TAMPER + first.source
+    return nb
+
+
+@pytest.fixture(scope="module")
+def formgrader(tmp_path_factory):
+    grading = tmp_path_factory.mktemp("grading")
+    env = {"DISTLAB_GRADING_DIR": str(grading)}
+    release = ("from autograder.batch import cli; "
+               f"cli.release_if_changed([{ASSIGNMENT!r}], cli.db_url())")
+    subprocess.run([sys.executable, "-c", release], cwd=ROOT, check=True, capture_output=True,
+                   env={**os.environ, **env,
+                        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    folder = grading / "submitted" / "mallory" / ASSIGNMENT
+    folder.mkdir(parents=True)
+    nbformat.write(tampering_submission(), folder / f"{ASSIGNMENT}.ipynb")
+    server = LabServer(tmp_path_factory.mktemp("server"), instructor=True, env=env).wait_ready()
+    yield server, grading
+    assert server.stop() == [], "processes left behind"
+
+
+def test_the_formgrader_button_grades_with_the_judge(formgrader):
+    """Does the formgrader's Autograde endpoint give a tampering submission with every blank
+    empty 0 points (the judge's verdict), not the 31 its own grade() claims?"""
+    server, grading = formgrader
+    reply = server.api("POST", f"/formgrader/api/submission/{ASSIGNMENT}/mallory/autograde",
+                       timeout=600)
+    assert reply["success"], reply
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{grading / 'gradebook.db'}") as book:
+        submission = book.find_submission(ASSIGNMENT, "mallory")
+        assert submission.max_score > 0 and submission.score == 0
+    graded = nbformat.read(str(grading / "autograded" / "mallory" / ASSIGNMENT /
+                               f"{ASSIGNMENT}.ipynb"), as_version=4)
+    texts = "".join(o.get("text", "") for c in graded.cells for o in c.get("outputs", []))
+    assert "score: 5 / 5" not in texts and "not filled yet" in texts
+    from autograder.judge import sandbox
+
+    if sandbox.available():  # the kernel ran as the slot's unprivileged uid, not as the server
+        assert f"kernel uid {sandbox.uid_for(0)}" in texts, texts[:2000]
