@@ -58,6 +58,8 @@ c.CourseDirectory.submitted_directory = os.path.join(GRADING, "submitted")
 c.CourseDirectory.autograded_directory = os.path.join(GRADING, "autograded")
 c.CourseDirectory.feedback_directory = os.path.join(GRADING, "feedback")
 c.CourseDirectory.solution_directory = os.path.join(GRADING, "solution")
+# `nbgrader export` writes here, not into the course root (where git would see it).
+c.ExportPlugin.to = os.path.join(GRADING, "grades.csv")
 # Any SQLAlchemy URL works (PostgreSQL for big classes): DISTLAB_DB_URL or edit this line.
 # SQLite waits up to 60 s for a lock: `make grade` writes from several graders at once.
 c.CourseDirectory.db_url = os.environ.get(

@@ -67,3 +67,13 @@ def test_the_formgrader_button_grades_with_the_judge(formgrader):
 
     if sandbox.available():  # the kernel ran as the slot's unprivileged uid, not as the server
         assert f"kernel uid {sandbox.uid_for(0)}" in texts, texts[:2000]
+
+
+def test_nbgrader_export_writes_into_the_grading_folder(formgrader):
+    """Does `nbgrader export` put grades.csv in the grading folder, never in the repository?"""
+    from autograder.nbgrader_cli import nbgrader
+
+    _, grading = formgrader
+    nbgrader("export", env={"DISTLAB_GRADING_DIR": str(grading)}, timeout=300)
+    assert "mallory" in (grading / "grades.csv").read_text()
+    assert not (ROOT / "grades.csv").exists()
