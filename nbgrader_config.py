@@ -31,7 +31,6 @@ from nbgrader.preprocessors import (  # noqa: E402
     InstantiateTests,
     LimitOutput,
     LockCells,
-    OverwriteCells,
     OverwriteKernelspec,
     SaveAutoGrades,
     SaveCells,
@@ -43,6 +42,7 @@ from autograder.preprocessors import (  # noqa: E402
     DropDuplicateIds,
     HideTests,
     JudgeGrades,
+    RestoreCells,
 )
 
 c = get_config()  # noqa: F821 (provided by traitlets when this file is loaded)
@@ -103,12 +103,13 @@ if zmq.has("curve"):
 # c.GradingLimits.notebook_seconds = 1800
 # c.GradingLimits.memory_bytes = 6 << 30
 
-# nbgrader's own lists. A copied cell is an ordinary cell, not a broken notebook:
+# nbgrader's own lists. A copied cell is an ordinary cell, not a broken notebook; a graded cell
+# as released (its hidden tests removed) is restored without a "checksum has changed" warning:
 c.Autograde.sanitize_preprocessors = [
     ClearOutput,
     DropDuplicateIds,
     OverwriteKernelspec,
-    OverwriteCells,
+    RestoreCells,
     CheckCellMetadata,
 ]
 # Execute keeping a bounded amount of output, then the judge: the trusted verdict replaces

@@ -235,7 +235,7 @@ def progress(done: int, total: int, outcome: Outcome, started: float) -> None:
     rate = done / max(time.perf_counter() - started, 1e-9)
     eta = (total - done) / rate if rate else 0
     status = (f"{outcome.score:g}/{outcome.max_score:g}" if outcome.ok
-              else f"NOT GRADED: {outcome.problem[:60]}")
+              else f"NOT GRADED: {outcome.problem.splitlines()[0][:300]}")
     line = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
             f"{outcome.assignment}/{outcome.student} {outcome.seconds:.0f}s {status} "
             f"(eta {eta:.0f}s)")

@@ -5,5 +5,7 @@ from autograder.preprocessors.clear_blanks import ClearBlanks
 from autograder.preprocessors.drop_duplicate_ids import DropDuplicateIds
 from autograder.preprocessors.hide_tests import HideTests
 from autograder.preprocessors.judge_grades import JudgeGrades
+from autograder.preprocessors.restore_cells import RestoreCells
 
-__all__ = ["CappedExecute", "ClearBlanks", "DropDuplicateIds", "HideTests", "JudgeGrades"]
+__all__ = ["CappedExecute", "ClearBlanks", "DropDuplicateIds", "HideTests", "JudgeGrades",
+           "RestoreCells"]

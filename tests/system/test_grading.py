@@ -24,6 +24,7 @@ WRONG = {
     "02_cost_models": ("allreduce_time_ring", 1, lambda answer: "n - 1"),
 }
 KINDS = ("solved", "untouched", "one_wrong")
+progress = [""]  # make grade's output
 CHEAT = "ring_allreduce"  # in 01, the cheat replaces its body with a numpy mean
 
 
@@ -88,11 +89,16 @@ def graded(grading):
     folder = grading / "submitted" / "cheat" / "01_collectives"
     folder.mkdir(parents=True)
     nbformat.write(cheat(solved.load("01_collectives")), folder / "01_collectives.ipynb")
+    folder = grading / "submitted" / "corrupt" / "01_collectives"  # a half-saved file
+    folder.mkdir(parents=True)
+    text = nbformat.writes(solved.load("01_collectives"))
+    (folder / "01_collectives.ipynb").write_text(text[: len(text) // 2])
     result = subprocess.run([sys.executable, "-m", "autograder.batch", *WRONG],
                             cwd=solved.ROOT, env=env, capture_output=True, text=True,
                             timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
     rows, feedback = {}, {}
+    progress[0] = result.stdout
     for assignment in WRONG:
         with (grading / "grades" / f"{assignment}.csv").open() as handle:
             rows[assignment] = {row["student"]: row for row in csv.DictReader(handle)}
@@ -153,6 +159,27 @@ def test_code_changed_outside_the_blanks_earns_nothing_and_is_reported(graded):
     assert row["changed_outside_blanks"].split() == [CHEAT, "chunk_bounds"]
     assert "was changed outside the blanks" in feedback["01_collectives"]["cheat"]
     assert solved["changed_outside_blanks"] == ""
+
+
+def test_a_corrupt_notebook_gets_its_real_reason_everywhere(graded):
+    """Does a half-saved notebook get 0 with the real reason (not valid JSON) in the CSV, in
+    make grade's progress line and on the learner's feedback page?"""
+    rows, feedback = graded
+    reason = rows["01_collectives"]["corrupt"]["not_graded_because"]
+    assert reason.startswith("the notebook file is not valid JSON"), reason
+    assert float(rows["01_collectives"]["corrupt"]["score"]) == 0
+    assert reason in progress[0]
+    page = feedback["01_collectives"]["corrupt"]
+    assert "not valid JSON" in page and "above traceback" not in page
+
+
+def test_honest_submissions_raise_no_tampering_warning(grading, graded):
+    """Does grading log no "Attribute 'checksum' ... has changed!" for submissions whose locked
+    cells are as released (their hidden tests removed at release)?"""
+    grading, _ = grading
+    logs = "".join(path.read_text() for path in (grading / "logs").glob("slot*.log"))
+    assert "Autograding" in logs or "autograd" in logs.lower()
+    assert "has changed!" not in logs
 
 
 def test_nbgrader_cli_grades_like_make_grade(grading, graded):
