@@ -12,6 +12,7 @@ import types
 
 from autograder import solved
 from autograder.definitions import definitions, functions
+from autograder.markers import MarkerError
 
 
 @functools.cache
@@ -28,12 +29,21 @@ def module(assignment: str) -> types.ModuleType:
 
 @functools.cache
 def locate(name: str) -> tuple[str, object, list]:
-    """(assignment, solution cell, blanks) of the solution cell that defines function `name`."""
+    """(assignment, solution cell, blanks) of the solution cell that defines function `name`.
+    A solved source with a bad marker is skipped (named if `name` is found nowhere), so one
+    notebook being written never stops the others from being graded."""
+    broken = []
     for assignment in solved.assignment_ids():
-        for cell, blanks in solved.solution_cells(assignment):
+        try:
+            cells = list(solved.solution_cells(assignment))
+        except MarkerError as err:
+            broken.append(str(err).splitlines()[0])
+            continue
+        for cell, blanks in cells:
             if name in functions(cell.source):
                 return assignment, cell, blanks
-    raise KeyError(f"no solution cell in solutions/ defines a function named {name!r}")
+    also = f" (not read: {'; '.join(broken)})" if broken else ""
+    raise KeyError(f"no solution cell in solutions/ defines a function named {name!r}{also}")
 
 
 def reference(name: str):

@@ -1,30 +1,30 @@
-"""Pipeline schedules: simulate and draw an order you give it.
+"""Pipeline schedules: simulate and draw an order you give it (this module makes none).
 
 An order says what each rank runs, in sequence: `order[r]` is a list of actions
 `(stage, kind, microbatch)`, kind "F" (forward), "B" (backward) or "W" (weight gradient, when
-the backward is split into B for the input gradient and W). With v model chunks per rank,
-rank r holds stages r, r + S, r + 2S, ...
+the backward is split into B, the input gradient, and W). With v chunks per rank, rank r holds
+stages r, r + S, r + 2S, ...
 
-    tl = simulate(order)               # every action as early as its inputs allow
-    tl.makespan, tl.bubble, tl.bubble_over_ideal, tl.messages
-    peak_in_flight(order)              # {stage: most micro-batches holding activations}
-    print(text_gantt(order))           # one row per rank, one column per time unit
-    show_gantt(order)                  # the same as a matplotlib chart
-    show_schedules({"GPipe": fn, ...}) # sliders for S, M (and v) over your generators
+    tl = simulate(order)          # each action as early as its inputs allow: tl.makespan,
+                                  # tl.bubble, tl.bubble_over_ideal, tl.messages, tl.start
+    peak_in_flight(order)         # {stage: most micro-batches holding activations at once}
+    print(text_gantt(order))      # show_gantt(order): the same as a chart
+    show_schedules({"GPipe": gpipe_order, ...})   # your generators, with sliders for S, M, v
 
 Costs: `costs["F"]` a forward, `costs["B"]` a whole backward, `costs["W"]` the weight-gradient
-part of it; a B whose W is in the order too computes only the rest (B - W). This module makes
-no schedules: the generators are yours, in the notebook.
+part of it; a B whose W is in the order too computes only the rest (B - W).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
+
+from distlab.collectives import _show
 
 COSTS = {"F": 1.0, "B": 2.0, "W": 1.0}  # backward ~ twice a forward; W half of it
 COLOURS = {"F": "tab:blue", "B": "tab:orange", "W": "tab:green"}
@@ -52,7 +52,7 @@ class Timeline:
     makespan: float
     busy: list  # per rank: time spent computing
     messages: int  # dependencies between actions on different ranks (sends)
-    num_stages: int = field(default=0)
+    num_stages: int
 
     @property
     def bubble(self) -> float:
@@ -78,45 +78,35 @@ def needs(action, num_stages: int) -> list:
     return [(stage, "B", mb)]
 
 
-def _check(order, num_stages, num_microbatches) -> tuple[dict, set, int, int]:
-    """rank_of, the (stage, mb) pairs with a W, and the sizes; raise ScheduleError if an action
-    is malformed, missing or repeated, or a stage is on two ranks."""
-    if not isinstance(order, list | tuple) or not order:
+def _check(order, num_stages, num_microbatches) -> tuple[dict, set, int]:
+    """rank_of, the (stage, mb) pairs with a W, and the number of stages; raise ScheduleError
+    if an action is malformed, missing or repeated, or a stage is on two ranks."""
+    if not isinstance(order, list | tuple) or not all(isinstance(a, list | tuple) for a in order):
         raise ScheduleError(f"an order is a list with one list of actions per rank, not {order!r}")
-    rank_of, seen, split = {}, set(), set()
+    rank_of, seen = {}, set()
     for rank, actions in enumerate(order):
-        if not isinstance(actions, list | tuple):
-            raise ScheduleError(f"rank {rank}: expected a list of actions, got {actions!r}")
-        for action in actions:
-            if (not isinstance(action, list | tuple) or len(action) != 3
-                    or action[1] not in KINDS or not all(
-                        isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                        for x in (action[0], action[2]))):
+        for action in map(tuple, actions):
+            if len(action) != 3 or action[1] not in KINDS or not all(
+                    type(x) is int and x >= 0 for x in (action[0], action[2])):
                 raise ScheduleError(f"rank {rank}: {action!r} is not an action "
                                     "(stage, 'F'/'B'/'W', micro-batch)")
-            action = tuple(action)
             if rank_of.setdefault(action[0], rank) != rank:
                 raise ScheduleError(f"stage {action[0]} appears on rank {rank_of[action[0]]} "
                                     f"and on rank {rank}")
             if action in seen:
                 raise ScheduleError(f"{_name(action)} appears twice (rank {rank})")
             seen.add(action)
-            if action[1] == "W":
-                split.add((action[0], action[2]))
-    stages = num_stages if num_stages is not None else max(rank_of, default=-1) + 1
-    mbs = num_microbatches
-    if mbs is None:
-        mbs = max((a[2] for a in seen), default=-1) + 1
+    stages = max(rank_of, default=-1) + 1 if num_stages is None else num_stages
+    mbs = max((a[2] for a in seen), default=-1) + 1 if num_microbatches is None else \
+        num_microbatches
     for action in sorted(seen):
         if action[0] >= stages or action[2] >= mbs:
             raise ScheduleError(f"{_name(action)} does not exist: there are {stages} stages "
                                 f"and {mbs} micro-batches")
-    for stage in range(stages):
-        for mb in range(mbs):
-            for kind in "FB":
-                if (stage, kind, mb) not in seen:
-                    raise ScheduleError(f"{_name((stage, kind, mb))} never runs")
-    return rank_of, split, stages, mbs
+    for stage, kind, mb in ((s, k, m) for s in range(stages) for m in range(mbs) for k in "FB"):
+        if (stage, kind, mb) not in seen:
+            raise ScheduleError(f"{_name((stage, kind, mb))} never runs")
+    return rank_of, {(a[0], a[2]) for a in seen if a[1] == "W"}, stages
 
 
 def simulate(order, costs=None, num_stages=None, num_microbatches=None,
@@ -125,7 +115,7 @@ def simulate(order, costs=None, num_stages=None, num_microbatches=None,
     the actions it needs are done (+ `latency` when they ran on another rank). Raises
     ScheduleError for an action missing or repeated, or ranks that wait on each other forever."""
     costs = {**COSTS, **(costs or {})}
-    rank_of, split, stages, _ = _check(order, num_stages, num_microbatches)
+    rank_of, split, stages = _check(order, num_stages, num_microbatches)
 
     def cost(action):
         stage, kind, mb = action
@@ -151,19 +141,32 @@ def simulate(order, costs=None, num_stages=None, num_microbatches=None,
                 end[action] = clock[rank] = start[action] + cost(action)
                 position[rank] += 1
                 progress = True
-    stuck = [(rank, actions[position[rank]]) for rank, actions in enumerate(order)
-             if position[rank] < len(actions)]
+    stuck = [rank for rank, actions in enumerate(order) if position[rank] < len(actions)]
     if stuck:
-        rank, action = stuck[0]
-        waits = [n for n in needs(action, stages) if n not in end]
-        other = rank_of.get(waits[0][0], rank)
-        at = (f"which rank {other} only runs after its own {_name(order[other][position[other]])}"
-              if other != rank else f"which comes later in rank {rank}'s own order")
-        raise ScheduleError(f"deadlock: rank {rank} waits to run {_name(action)}: it needs "
-                            f"{_name(waits[0])}, {at}")
+        raise ScheduleError("deadlock: " + _wait_chain(order, position, stuck[0], stages, end,
+                                                       rank_of))
     busy = [sum(end[a] - start[a] for a in actions) for actions in order]
     return Timeline(order, start, end, rank_of, max(end.values(), default=0.0), busy,
                     messages, stages)
+
+
+def _wait_chain(order, position, rank, stages, end, rank_of) -> str:
+    """Who waits for whom, from `rank` along the chain of waiting ranks."""
+    text, seen = f"rank {rank} waits to run {_name(order[rank][position[rank]])}: it needs ", set()
+    while True:
+        seen.add(rank)
+        need = next(n for n in needs(order[rank][position[rank]], stages) if n not in end)
+        other = rank_of[need[0]]
+        if other == rank:
+            return text + f"{_name(need)}, which comes later in rank {rank}'s own order"
+        ahead = order[other][position[other]]
+        if ahead != need:
+            return text + f"{_name(need)}, which rank {other} only runs after its own " \
+                          f"{_name(ahead)}"
+        if other in seen:
+            return text + f"{_name(need)} from rank {other}, which waits too"
+        text += f"{_name(need)} from rank {other}, which waits for "
+        rank = other
 
 
 def peak_in_flight(order, per: str = "stage"):
@@ -188,15 +191,8 @@ def peak_in_flight(order, per: str = "stage"):
 
 
 def _timeline(order_or_timeline, costs) -> Timeline:
-    if isinstance(order_or_timeline, Timeline):
-        return order_or_timeline
-    return simulate(order_or_timeline, costs)
-
-
-def _label(action, num_ranks: int, num_stages: int) -> str:
-    stage, kind, mb = action
-    chunk = f":{stage // num_ranks}" if num_stages > num_ranks else ""
-    return f"{kind}{mb}{chunk}"
+    return order_or_timeline if isinstance(order_or_timeline, Timeline) else \
+        simulate(order_or_timeline, costs)
 
 
 def text_gantt(order_or_timeline, costs=None) -> str:
@@ -208,9 +204,10 @@ def text_gantt(order_or_timeline, costs=None) -> str:
     ranks, steps = len(tl.order), int(tl.makespan)
     cells = [["."] * steps for _ in range(ranks)]
     for rank, actions in enumerate(tl.order):
-        for action in actions:
-            for t in range(int(tl.start[action]), int(tl.end[action])):
-                cells[rank][t] = _label(action, ranks, tl.num_stages)
+        for stage, kind, mb in actions:
+            chunk = f":{stage // ranks}" if tl.num_stages > ranks else ""
+            for t in range(int(tl.start[stage, kind, mb]), int(tl.end[stage, kind, mb])):
+                cells[rank][t] = f"{kind}{mb}{chunk}"
     width = max([2, *(len(c) for row in cells for c in row)]) + 1
     head = "t".ljust(7) + "".join(str(t).ljust(width) for t in range(steps))
     rows = [f"rank {r}".ljust(7) + "".join(c.ljust(width) for c in row)
@@ -250,22 +247,15 @@ def draw_gantt(timeline: Timeline, ax=None, title: str | None = None):
     return ax
 
 
-def describe(timeline: Timeline, name: str = "schedule") -> str:
-    """The chart in words, for screen readers and HTML alt text."""
-    peak = max(peak_in_flight(timeline.order, per="rank"), default=0)
-    return (f"Gantt chart of the {name} on {len(timeline.order)} ranks: it ends at time "
-            f"{timeline.makespan:g}; bubble {timeline.bubble:.1%} of all time; at most "
-            f"{peak} micro-batches' activations held on one rank.")
-
-
 def show_gantt(order_or_timeline, costs=None, title: str | None = None, name: str = "schedule"):
     """Draw one order as a Gantt chart (described in words for screen readers)."""
-    from distlab.collectives import _show
-
     tl = _timeline(order_or_timeline, costs)
     ax = draw_gantt(tl, title=title)
     ax.figure.tight_layout()
-    _show(ax.figure, describe(tl, name))
+    peak = max(peak_in_flight(tl.order, per="rank"), default=0)
+    _show(ax.figure, f"Gantt chart of the {name} on {len(tl.order)} ranks: it ends at time "
+          f"{tl.makespan:g}; bubble {tl.bubble:.1%} of all time; at most {peak} micro-batches' "
+          "activations held on one rank.")
 
 
 def show_schedules(generators: dict, S: int = 4, M: int = 8, v: int = 2, costs=None):
@@ -274,22 +264,20 @@ def show_schedules(generators: dict, S: int = 4, M: int = 8, v: int = 2, costs=N
     1/v of a whole stage's). The time axis is shared."""
     import inspect
 
-    from distlab.collectives import _show
-
     def draw(S=S, M=M, v=v):
-        timelines = {}
+        timelines, scales = {}, {}
         for name, fn in generators.items():
             chunked = len(inspect.signature(fn).parameters) >= 3
-            scale = v if chunked else 1
-            cost = {k: c / scale for k, c in {**COSTS, **(costs or {})}.items()}
+            scales[name] = v if chunked else 1
+            cost = {k: c / scales[name] for k, c in {**COSTS, **(costs or {})}.items()}
             timelines[name] = simulate(fn(S, M, v) if chunked else fn(S, M), cost)
         end = max(tl.makespan for tl in timelines.values())
         fig, axes = plt.subplots(len(timelines), 1, squeeze=False,
                                  figsize=(12, sum(0.9 + 0.4 * S for _ in timelines)))
         for ax, (name, tl) in zip(axes[:, 0], timelines.items(), strict=True):
-            peak = max(peak_in_flight(tl.order, per="rank"))
-            draw_gantt(tl, ax, f"{name}: bubble {tl.bubble:.1%} of all time, at most {peak} "
-                               f"activations held on a rank, {tl.messages} sends")
+            peak = max(peak_in_flight(tl.order, per="rank")) / scales[name]  # a chunk's: 1/v
+            draw_gantt(tl, ax, f"{name}: bubble {tl.bubble:.1%} of all time, at most {peak:g} "
+                               f"micro-batches' activations on a rank, {tl.messages} sends")
             ax.set_xlim(0, end)
         fig.tight_layout()
         _show(fig, f"Gantt charts for S={S}, M={M}, v={v}: " + "; ".join(
@@ -308,11 +296,9 @@ def show_schedules(generators: dict, S: int = 4, M: int = 8, v: int = 2, costs=N
 
 def show_bars(labels: list, series: dict, title: str):
     """One bar chart per series (e.g. memory, time), the same labels on each."""
-    from distlab.collectives import _show
-
     fig, axes = plt.subplots(1, len(series), figsize=(4 * len(series), 3), squeeze=False)
     for ax, (name, values) in zip(axes[0], series.items(), strict=True):
-        ax.bar(labels, values, color=["tab:grey", "tab:purple"][: len(values)])
+        ax.bar(labels, values, color="tab:purple")
         ax.set_title(name, fontsize=10)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -1,0 +1,502 @@
+"""Hidden tests of notebook 05 (pipeline parallelism): schedules checked by simulation, stages
+run on real ranks checked against an unsplit model.
+
+A schedule is never compared as text. The learner's order (or table) is run on
+`distlab.pipeline`'s model clock: every action exactly once, every dependency respected, no
+ranks waiting on each other forever; then its length and the activations it holds are compared
+with the oracle generators below (written here, not imported from the notebook). Any order that
+is as fast and holds no more passes.
+
+The real-rank tests run a harness of this module on the ranks, as in collectives.py; gradients
+and losses are compared here with a single-process model built from the same seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autograder.exercises import exercise
+from autograder.exercises.checks import (
+    check_close,
+    check_tensor,
+    first_rank_failure,
+    on_ranks,
+    rank_failure,
+    short_group,
+)
+
+TABLE_COSTS = {"F": 1, "B": 1, "W": 0}  # the GPipe table's steps
+ZB_COSTS = {"F": 1, "B": 2, "W": 1}  # split: B and W one step each
+
+# ---------------------------------------------------------------- oracle generators
+
+
+def _gpipe(S: int, M: int) -> list:
+    return [[(s, "F", mb) for mb in range(M)] + [(s, "B", mb) for mb in range(M)]
+            for s in range(S)]
+
+
+def _one_f_one_b(S: int, M: int) -> list:
+    """1F1B: stage s warms up with min(S - s - 1, M) forwards. Also stands in for the learner's
+    1F1B inside zb_h1_order, so a mistake there costs points once."""
+    order = []
+    for s in range(S):
+        forwards = [(s, "F", mb) for mb in range(M)]
+        backwards = [(s, "B", mb) for mb in range(M)]
+        warmup = min(S - s - 1, M)
+        steady = [a for pair in zip(forwards[warmup:], backwards, strict=False) for a in pair]
+        order.append(forwards[:warmup] + steady + backwards[M - warmup:])
+    return order
+
+
+def _interleaved(S: int, M: int, v: int) -> list:
+    rounds = np.array_split(np.arange(M), max(1, M // S))
+    order = []
+    for r in range(S):
+        forwards = [(c * S + r, "F", int(mb)) for group in rounds for c in range(v)
+                    for mb in group]
+        backwards = [(c * S + r, "B", int(mb)) for group in rounds for c in reversed(range(v))
+                     for mb in group]
+        warmup = min((v - 1) * len(rounds[0]) + S - 1 - r, len(forwards))
+        steady = [a for pair in zip(forwards[warmup:], backwards, strict=False) for a in pair]
+        order.append(forwards[:warmup] + steady + backwards[len(forwards) - warmup:])
+    return order
+
+
+def _zb_h1(S: int, M: int) -> list:
+    order = []
+    for s, actions in enumerate(_one_f_one_b(S, M)):
+        out, waiting = [], []
+        for stage, kind, mb in actions:
+            out.append((stage, kind, mb))
+            if kind == "B":
+                waiting.append((stage, "W", mb))
+                if len(waiting) > s:
+                    out.append(waiting.pop(0))
+        order.append(out + waiting)
+    return order
+
+
+# ---------------------------------------------------------------- checking an order
+
+
+def _action(item, where: str, rank: int):
+    if isinstance(item, list | tuple) and len(item) == 3:
+        stage, kind, mb = item
+        if (isinstance(stage, int | np.integer) and isinstance(mb, int | np.integer)
+                and kind in ("F", "B", "W")):
+            return int(stage), kind, int(mb)
+    raise AssertionError(f"{where}: rank {rank} has {item!r}, not an action "
+                         "(stage, 'F'/'B'/'W', microbatch)")
+
+
+def _order(out, S: int, where: str) -> list:
+    """The learner's order as lists of plain (stage, kind, mb) tuples, one list per rank."""
+    if not isinstance(out, list | tuple) or len(out) != S:
+        got = len(out) if isinstance(out, list | tuple) else type(out).__name__
+        raise AssertionError(f"{where}: expected one list of actions per rank ({S}), got {got}")
+    order = []
+    for rank, actions in enumerate(out):
+        if not isinstance(actions, list | tuple):
+            raise AssertionError(f"{where}: rank {rank} has {actions!r}, not a list of actions")
+        order.append([_action(item, where, rank) for item in actions])
+    return order
+
+
+def _simulate(order, where: str, **options):
+    from distlab.pipeline import ScheduleError, simulate
+
+    try:
+        return simulate(order, **options)
+    except ScheduleError as err:
+        raise AssertionError(f"{where}: {err}") from None
+
+
+def _check_layout(order, S: int, v: int, where: str) -> None:
+    for rank, actions in enumerate(order):
+        stages = sorted({a[0] for a in actions})
+        want = [c * S + rank for c in range(v)]
+        if stages != want:
+            raise AssertionError(f"{where}: rank {rank} runs stages {stages}, but it holds "
+                                 f"stages {want}")
+
+
+def _check_time_and_memory(order, oracle, where: str, name: str, costs=None, per="stage",
+                           **options) -> None:
+    """As fast as the oracle order, and holding no more activations anywhere."""
+    from distlab.pipeline import peak_in_flight
+
+    got, want = _simulate(order, where, costs=costs, **options), _simulate(oracle, where,
+                                                                            costs=costs)
+    if got.makespan > want.makespan:
+        raise AssertionError(f"{where}: the order takes {got.makespan:g} time units; {name} "
+                             f"takes {want.makespan:g}")
+    peaks, limits = peak_in_flight(order, per), peak_in_flight(oracle, per)
+    places = range(len(order)) if per == "rank" else limits
+    for place in places:
+        if peaks[place] > limits[place]:
+            raise AssertionError(f"{where}: {per} {place} holds up to {peaks[place]} "
+                                 f"micro-batches' activations at once; {name} needs only "
+                                 f"{limits[place]}")
+
+
+def _sizes(rng, count: int, stages: int = 8, micro: int = 16) -> list:
+    return [(int(rng.integers(1, stages + 1)), int(rng.integers(1, micro + 1)))
+            for _ in range(count)]
+
+
+# ---------------------------------------------------------------- the schedules
+
+
+def _name(action) -> str:
+    stage, kind, mb = action
+    return f"{kind} of micro-batch {mb} on stage {stage}"
+
+
+def _table(out, S: int, where: str) -> tuple[list, object, dict, int]:
+    """(order, bubble ratio, {action: column}, columns) of what gpipe_table returned."""
+    try:
+        table, ratio = out
+    except (TypeError, ValueError):
+        raise AssertionError(f"{where}: expected (table, bubble_ratio), got {out!r:.80}"
+                             ) from None
+    if (not isinstance(table, list | tuple) or len(table) != S
+            or not all(isinstance(row, list | tuple) for row in table)):
+        raise AssertionError(f"{where}: expected a table of {S} rows (one per stage), got "
+                             f"{table!r:.80}")
+    if any(len(row) != len(table[0]) for row in table):
+        raise AssertionError(f"{where}: the rows of the table differ in length")
+    order = _order([[a for a in row if a is not None] for row in table], S, where)
+    column = {_action(item, where, s): t for s, row in enumerate(table)
+              for t, item in enumerate(row) if item is not None}
+    return order, ratio, column, len(table[0])
+
+
+@exercise
+def gpipe_table(fn, rng):
+    from distlab.pipeline import needs
+
+    for S, M in [(4, 6), (1, 1), (1, 5), (5, 1), (4, 2), (3, 3)] + _sizes(rng, 14):
+        where = f"S={S}, M={M}"
+        order, ratio, column, columns = _table(fn(S, M), S, where)
+        timeline = _simulate(order, where, costs=TABLE_COSTS, num_stages=S,
+                             num_microbatches=M)
+        _check_layout(order, S, 1, where)
+        for s, actions in enumerate(order):
+            if "".join(a[1] for a in actions) != "F" * M + "B" * M:
+                raise AssertionError(f"{where}: in GPipe stage {s} runs all its forwards, then "
+                                     "all its backwards")
+        for action, t in column.items():
+            for need in needs(action, S):
+                if column[need] >= t:
+                    raise AssertionError(f"{where}: the table runs {_name(action)} at step {t}, "
+                                         f"but it needs {_name(need)}, at step {column[need]}")
+            if t != timeline.start[action]:
+                raise AssertionError(f"{where}: the table runs {_name(action)} at step {t}, "
+                                     f"but it could run at step {timeline.start[action]:g}")
+        if columns != timeline.makespan:
+            raise AssertionError(f"{where}: the table has {columns} steps; its work is done "
+                                 f"after {timeline.makespan:g}")
+        check_close(ratio, (S - 1) / (M + S - 1), where, "the bubble ratio")
+
+
+@exercise
+def one_f_one_b_order(fn, rng):
+    from distlab.pipeline import peak_in_flight
+
+    for S, M in [(4, 6), (4, 8), (1, 1), (1, 4), (4, 1), (4, 2), (3, 3)] + _sizes(rng, 14):
+        where = f"S={S}, M={M}"
+        order = _order(fn(S, M), S, where)
+        _check_layout(order, S, 1, where)
+        timeline = _simulate(order, where, num_stages=S, num_microbatches=M)
+        gpipe = _simulate(_gpipe(S, M), where)
+        if timeline.makespan != gpipe.makespan:
+            raise AssertionError(f"{where}: the order takes {timeline.makespan:g} time units "
+                                 f"(a backward 2, a forward 1); GPipe takes {gpipe.makespan:g}, "
+                                 "and 1F1B has the same bubble")
+        peaks, want = peak_in_flight(order), peak_in_flight(_one_f_one_b(S, M))
+        for s in range(S):
+            if peaks[s] != want[s]:
+                raise AssertionError(f"{where}: stage {s} holds up to {peaks[s]} micro-batches "
+                                     f"at once; in 1F1B it holds {want[s]}")
+
+
+@exercise
+def interleaved_order(fn, rng):
+    cases = [(4, 8, 2), (4, 8, 4), (2, 5, 3), (4, 2, 2), (1, 3, 2), (3, 1, 3), (5, 7, 2),
+             (3, 9, 1)]
+    cases += [(S, M, int(rng.integers(2, 5))) for S, M in _sizes(rng, 12, stages=6)]
+    for S, M, v in cases:
+        where = f"S={S}, M={M}, v={v}"
+        order = _order(fn(S, M, v), S, where)
+        _check_layout(order, S, v, where)
+        _check_time_and_memory(order, _interleaved(S, M, v), where, "interleaved 1F1B",
+                               per="rank", num_stages=S * v, num_microbatches=M)
+
+
+def _with_oracle_one_f_one_b(fn):
+    """fn, but calling a correct one_f_one_b_order: a mistake in that exercise must not cost
+    points (or mislead the diagnosis) here."""
+    import types
+
+    if hasattr(fn, "patched"):  # the judge's stand-in for a function in the sandbox
+        return fn.patched(one_f_one_b_order=_one_f_one_b)
+    globs = getattr(fn, "__globals__", None)
+    if not isinstance(fn, types.FunctionType) or globs is None:
+        return fn
+    patched = types.FunctionType(fn.__code__, {**globs, "one_f_one_b_order": _one_f_one_b},
+                                 fn.__name__, fn.__defaults__, fn.__closure__)
+    patched.__kwdefaults__ = fn.__kwdefaults__
+    return patched
+
+
+@exercise
+def zb_h1_order(fn, rng):
+    fn = _with_oracle_one_f_one_b(fn)
+    for S, M in [(4, 8), (4, 6), (1, 1), (1, 4), (4, 1), (3, 2), (8, 16)] + _sizes(rng, 12):
+        where = f"S={S}, M={M}"
+        order = _order(fn(S, M), S, where)
+        _check_layout(order, S, 1, where)
+        done = {(a[0], a[2]) for actions in order for a in actions if a[1] == "W"}
+        missing = sorted((s, mb) for s in range(S) for mb in range(M) if (s, mb) not in done)
+        if missing:
+            s, mb = missing[0]
+            raise AssertionError(f"{where}: {_name((s, 'W', mb))} never runs: every backward "
+                                 "is split into B and W")
+        _check_time_and_memory(order, _zb_h1(S, M), where, "ZB-H1", costs=ZB_COSTS,
+                               num_stages=S, num_microbatches=M)
+
+
+# ---------------------------------------------------------------- real ranks: run_stage
+
+WIDTH, ROWS = 4, 2  # activations: micro-batches of 2 rows of 4 numbers
+
+
+def _stage_model(seed: int, S: int):
+    """S stages of Linear + tanh, weights from `seed` (the global RNG left alone)."""
+    import torch
+    from torch import nn
+
+    generator = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())
+                            for _ in range(S)])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * 0.7)
+    return model
+
+
+def _stage_batch(seed: int, M: int):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    return (torch.randn(M * ROWS, WIDTH, generator=generator),
+            torch.randn(M * ROWS, WIDTH, generator=generator))
+
+
+def _stage_harness(rank, world_size, fn, cases):
+    """Each case (name, order, M, seed): the learner's run_stage on this rank's stage. Returns
+    per case ("ok", (its return value, the stage's gradients)) or (kind, text); stops at the
+    first failure (see collectives._p2p_harness)."""
+    results = []
+    with short_group(rank, world_size):
+        try:
+            for _, order, M, seed in cases:
+                stage = _stage_model(seed, world_size)[rank]
+                x, y = _stage_batch(seed, M)
+                inputs = list(x.split(ROWS)) if rank == 0 else None
+                targets = list(y.split(ROWS)) if rank == world_size - 1 else None
+                try:
+                    out = fn(rank, world_size, stage, [tuple(a) for a in order[rank]], inputs,
+                             targets, (ROWS, WIDTH))
+                except Exception as err:  # noqa: BLE001 - reported as the case's failure
+                    results.append(rank_failure(err, "raised"))
+                    break
+                grads = [None if p.grad is None else p.grad.detach().clone()
+                         for p in stage.parameters()]
+                results.append(("ok", (out, grads)))
+        except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
+            results.append(rank_failure(err, "broken"))
+    return results
+
+
+def _two_flushes(S: int, M: int) -> list:
+    """GPipe over the first M - 1 micro-batches, then the last one alone: the most held is
+    not what is held at the last forward."""
+    return [[(s, "F", mb) for mb in range(M - 1)] + [(s, "B", mb) for mb in range(M - 1)]
+            + [(s, "F", M - 1), (s, "B", M - 1)] for s in range(S)]
+
+
+def _stage_verdict(S: int, cases: list, results: list) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from distlab.pipeline import peak_in_flight
+
+    for index, (name, order, M, seed) in enumerate(cases):
+        where = f"world_size={S}, {name} order, M={M}"
+        entries = [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
+        first_rank_failure(where, entries)
+        model = _stage_model(seed, S)
+        x, y = _stage_batch(seed, M)
+        F.mse_loss(model(x), y).backward()
+        with torch.no_grad():
+            losses = [F.mse_loss(model(xs), ys).item()
+                      for xs, ys in zip(x.split(ROWS), y.split(ROWS), strict=True)]
+        peaks = peak_in_flight(order)
+        for rank, (_, (out, grads)) in enumerate(entries):
+            try:
+                got_losses, peak = out
+            except (TypeError, ValueError):
+                raise AssertionError(f"{where}: rank {rank} returned {out!r:.80}, expected "
+                                     "(losses, peak)") from None
+            if rank == S - 1:
+                check_close(got_losses, losses, f"{where}, rank {rank}", "the losses",
+                            rtol=1e-5, atol=1e-6)
+            if peak != peaks[rank]:
+                raise AssertionError(f"{where}: rank {rank} reports a peak of {peak!r} "
+                                     f"micro-batches held, but this order holds up to "
+                                     f"{peaks[rank]}")
+            for (pname, param), got in zip(model[rank].named_parameters(), grads, strict=True):
+                if got is None:
+                    raise AssertionError(f"{where}: rank {rank}'s stage got no gradient for "
+                                         f"its {pname}")
+                check_tensor(got, param.grad, where, rank, f"the gradient of its {pname}",
+                             "the unsplit model's is")
+
+
+@exercise
+def run_stage(fn, rng):
+    from distlab import require_filled
+
+    require_filled(fn)
+    for S in (1, 2, 3, 4):
+        cases = []
+        for name, make in (("GPipe", _gpipe), ("1F1B", _one_f_one_b),
+                           ("two-flush", _two_flushes)):
+            M = int(rng.integers(3 if name == "two-flush" else 1, 7))
+            cases.append((name, make(S, M), M, int(rng.integers(0, 1000))))
+        _stage_verdict(S, cases, on_ranks(_stage_harness, fn, S, cases))
+
+
+# ---------------------------------------------------------------- real ranks: torch pipelining
+
+
+def _pipelining_harness(rank, world_size, fn, cases):
+    """Each case (schedule, M, seed): the learner's pipelining_step on this rank's stage of
+    the model. Returns ("ok", (losses, gradients)) or (kind, text) per case."""
+    results = []
+    with short_group(rank, world_size):
+        try:
+            for schedule, M, seed in cases:
+                part = _stage_model(seed, world_size)[rank]
+                x, y = _stage_batch(seed, M)
+                try:
+                    out = fn(rank, world_size, part, schedule, x, y, M)
+                except Exception as err:  # noqa: BLE001 - reported as the case's failure
+                    kind, text = rank_failure(err, "raised")
+                    if not str(err):  # torch's pipelining asserts without a message
+                        text += "(a check inside torch.distributed.pipelining failed)"
+                    results.append((kind, text))
+                    break
+                grads = [None if p.grad is None else p.grad.detach().clone()
+                         for p in part.parameters()]
+                results.append(("ok", (out, grads)))
+        except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
+            results.append(rank_failure(err, "broken"))
+    return results
+
+
+@exercise
+def pipelining_step(fn, rng):
+    import torch
+    import torch.nn.functional as F
+
+    from distlab import require_filled
+
+    require_filled(fn)
+    for S in (2, 3):
+        cases = [(schedule, S + int(rng.integers(0, 3)), int(rng.integers(0, 1000)))
+                 for schedule in ("GPipe", "1F1B")]
+        results = on_ranks(_pipelining_harness, fn, S, cases)
+        for index, (schedule, M, seed) in enumerate(cases):
+            where = f"world_size={S}, {schedule}, M={M}"
+            entries = [r[index] if index < len(r) else ("broken", "stopped early")
+                       for r in results]
+            first_rank_failure(where, entries)
+            model = _stage_model(seed, S)
+            x, y = _stage_batch(seed, M)
+            F.mse_loss(model(x), y).backward()
+            with torch.no_grad():
+                losses = [F.mse_loss(model(xs), ys).item()
+                          for xs, ys in zip(x.tensor_split(M), y.tensor_split(M), strict=True)]
+            for rank, (_, (out, grads)) in enumerate(entries):
+                if rank == S - 1:
+                    check_close(out, losses, f"{where}, rank {rank}", "the losses", rtol=1e-5,
+                                atol=1e-6)
+                for (pname, param), got in zip(model[rank].named_parameters(), grads,
+                                               strict=True):
+                    if got is None:
+                        raise AssertionError(f"{where}: rank {rank}'s stage got no gradient "
+                                             f"for its {pname}")
+                    check_tensor(got, param.grad, where, rank, f"the gradient of its {pname}",
+                                 "the unsplit model's is")
+
+
+# ---------------------------------------------------------------- activation checkpointing
+
+
+def _saved_oracle(depth: int, width: int, batch: int, checkpointed: bool, seed: int):
+    """(bytes of non-weight tensors autograd saves, gradients) for the notebook's block stack,
+    built as make_blocks builds it, the global RNG restored afterwards."""
+    import torch
+    from torch import nn
+    from torch.utils.checkpoint import checkpoint
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        blocks = nn.ModuleList([nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
+                                              nn.Linear(4 * width, width))
+                                for _ in range(depth)])
+        h = torch.randn(batch, width)
+    weights = {p.untyped_storage().data_ptr() for p in blocks.parameters()}
+    sizes = []
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in weights:
+            sizes.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        for block in blocks:
+            h = checkpoint(block, h, use_reentrant=False) if checkpointed else block(h)
+        loss = h.square().mean()
+    loss.backward()
+    return sum(sizes), [p.grad for p in blocks.parameters()]
+
+
+@exercise
+def activation_bytes(fn, rng):
+    cases = [(1, 2, 1), (2, 4, 3), (3, 8, 2)]
+    cases += [(int(rng.integers(1, 5)), int(rng.integers(2, 17)), int(rng.integers(1, 9)))
+              for _ in range(4)]
+    for depth, width, batch in cases:
+        seed = int(rng.integers(0, 1000))
+        for checkpointed in (False, True):
+            where = (f"depth={depth}, width={width}, batch={batch}, "
+                     f"checkpointed={checkpointed}")
+            out = fn(depth, width, batch, checkpointed, seed=seed)
+            try:
+                saved, grads, _ = out
+            except (TypeError, ValueError):
+                raise AssertionError(f"{where}: expected (saved, grads, seconds), got "
+                                     f"{out!r:.80}") from None
+            want, want_grads = _saved_oracle(depth, width, batch, checkpointed, seed)
+            check_close(saved, want, where, "the activation bytes saved")
+            if not isinstance(grads, list | tuple) or len(grads) != len(want_grads):
+                raise AssertionError(f"{where}: expected one gradient per parameter "
+                                     f"({len(want_grads)})")
+            for index, (got, expected) in enumerate(zip(grads, want_grads, strict=True)):
+                if got is None:
+                    raise AssertionError(f"{where}: parameter {index} got no gradient")
+                check_tensor(got, expected, where, what=f"the gradient of parameter {index}")

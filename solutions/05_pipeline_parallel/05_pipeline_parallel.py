@@ -1,0 +1,773 @@
+# %% [markdown]
+# # 05 · Pipeline parallelism: keeping every stage busy
+#
+# A model too large for one GPU can be cut into $S$ consecutive **stages**, stage $s$ on GPU
+# $s$: activations flow forward from stage $s$ to $s+1$, gradients flow back from $s+1$ to $s$.
+# Fed one batch at a time, only one stage works at any moment. Cutting the batch into $M$
+# **micro-batches** lets stage 0 start the next micro-batch while stage 1 works on the previous
+# one. The idle time that is left, at the start and the end, is the **bubble**. This notebook
+# is about the orders of work that make the bubble small without running out of memory.
+#
+# **What you will build**
+#
+# 1. The GPipe schedule table and its bubble ratio.
+# 2. One representation for every schedule: each rank's ordered list of actions. A simulator
+#    (given) times it and draws it.
+# 3. 1F1B: the same bubble as GPipe, a fraction of its memory. Then 1F1B for real, on 4 ranks
+#    that send activations and gradients to each other, with the memory measured.
+# 4. Interleaved 1F1B (several model chunks per rank) and zero-bubble ZB-H1 (the backward split
+#    in two): smaller bubbles.
+# 5. PyTorch's own `torch.distributed.pipelining` on 2 ranks, checked against the unsplit model.
+# 6. Activation checkpointing: fewer bytes kept for the backward, paid for in time.
+#
+# **How to use this notebook.** Code cells with `_____` are yours: replace each `_____` with
+# code (the comment after it, `# [n] ...`, is a hint for blank *n*). Run the cell, then run the
+# check cell below it: it prints a ✓ when your function works. The cell after that holds the
+# hidden tests that grade your work (press **Validate** in the toolbar to run them all). Run the
+# cells top to bottom; every other cell is locked.
+
+# %%
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.utils.checkpoint import checkpoint
+
+from distlab import _____, run
+from distlab.pipeline import (
+    peak_in_flight,
+    show_bars,
+    show_gantt,
+    show_schedules,
+    simulate,
+    text_gantt,
+)
+
+# %% [markdown]
+# ## 1. The bubble
+#
+# Without micro-batches ($M = 1$), the batch walks down the stages and back up: while one
+# stage works, the other $S - 1$ wait, so each stage idles $(S-1)/S$ of the time. Below,
+# $S = 4$, time in units of one stage's forward: the grey hatched area is the bubble, blue are
+# forwards, orange backwards (twice as long: a backward costs about two forwards).
+
+# %%
+one_batch = [[(s, "F", 0), (s, "B", 0)] for s in range(4)]
+show_gantt(one_batch, name="unsplit batch on 4 stages")
+
+# %% [markdown]
+# ## 2. GPipe: all forwards, then all backwards
+#
+# GPipe (Huang et al., 2019) sends all $M$ micro-batches forward, one after the other, then
+# all their backwards. Count time in **steps**, one step for a forward or a backward of one
+# micro-batch on one stage (as if they cost the same; section 3 lifts that). In the forward
+# phase a micro-batch moves down one stage per step, and
+# the next one follows a step behind. For $S = 3$, $M = 2$:
+#
+# ```
+#  forward phase        step t:   0     1     2     3
+#                      stage 0:   F0    F1    .     .
+#                      stage 1:   .     F0    F1    .
+#                      stage 2:   .     .     F0    F1
+# ```
+#
+# The last micro-batch leaves the last stage after $M + S - 1$ steps, so that is the length of
+# the forward phase. The backward phase takes as long and is its mirror image: it starts from
+# the **last** stage (the loss is computed there), and the gradient of a micro-batch moves up
+# one stage per step.
+#
+# Write the schedule as a table: `table[s][t]` is what stage `s` runs at step `t`, an action
+# `(stage, "F" or "B", microbatch)`, or `None` for an idle slot. The forward phase takes the
+# columns `0 .. steps-1`, the backward phase the next `steps` columns. The **bubble ratio** is
+# the share of all the table's slots that are idle.
+
+# %% solution="gpipe_table"
+def gpipe_table(num_stages, num_microbatches):
+    """The GPipe schedule as a table, and its bubble ratio.
+
+    Returns (table, bubble_ratio): table[s][t] is stage s's action at step t, a tuple
+    (s, "F" or "B", microbatch) or None; the forward phase fills columns 0 .. steps-1 and the
+    backward phase the next `steps` columns.
+    """
+    S, M = num_stages, num_microbatches
+    steps = M + S - 1  # steps of each phase
+    table = [[None] * (2 * steps) for _ in range(S)]
+    for t in range(steps):
+        for s in range(S):
+            forward = t - s  # BLANK which micro-batch is on stage s at step t of the forward phase?
+            backward = t - (S - 1 - s)  # BLANK the same for the backward phase, which enters at the other end
+            for kind, mb, column in (("F", forward, t), ("B", backward, steps + t)):
+                if 0 <= mb < M:  # BLANK is there such a micro-batch?
+                    table[s][column] = (s, kind, mb)
+    total = len(table) * len(table[0])  # every slot of the table
+    active = sum(action is not None for row in table for action in row)  # BLANK how many slots hold work?
+    bubble_ratio = (total - active) / total  # BLANK as defined above
+    return table, bubble_ratio
+
+
+# %%
+def print_table(table):
+    for s, row in enumerate(table):
+        print(f"stage {s}: " + " ".join(f"{a[1]}{a[2]}" if a else ". " for a in row))
+
+
+table, ratio = gpipe_table(4, 6)
+print_table(table)
+print(f"bubble ratio: {ratio:.2%}")
+assert table[0][:6] == [(0, "F", mb) for mb in range(6)], "stage 0 runs F0..F5 first"
+assert table[3][9:15] == [(3, "B", mb) for mb in range(6)], "the backward starts at stage 3"
+assert abs(ratio - 1 / 3) < 1e-12, f"S=4, M=6: expected a bubble of 33.33%, got {ratio:.2%}"
+for M, expected in ((4, 42.9), (8, 27.3), (16, 15.8), (32, 8.6)):
+    _, ratio = gpipe_table(4, M)
+    print(f"S=4, M={M:2d}: bubble = {ratio:.1%}")
+    assert round(100 * ratio, 1) == expected, f"M={M}: expected {expected}%, got {ratio:.1%}"
+print("✓ the GPipe table and its bubble ratio match the numbers above")
+
+# %% tests="gpipe_table_tests" points=5
+# Hidden tests (5 points): S = 1..8, M = 1..16 (also fewer micro-batches than stages).
+### BEGIN HIDDEN TESTS
+# Seed 000, exercise 5: its five blanks and numbers, its hints rewritten (this note is hidden
+# from learners, like the tests). Seed blank k is [k] here, but for the seed's blanks 2 and 3,
+# which are [3] and [2] (the backward's micro-batch now comes before the shared validity test):
+# - seed blank 1, hint `# t - s` (and "so at step t stage s runs micro-batch t - s"): the
+#   answer. Now "which micro-batch is on stage s at step t...", after a forward-phase picture.
+# - seed blank 2, hint `0 <= mb < M`: the answer. Now "is there such a micro-batch?". The
+#   seed's backward loop repeated that test unblanked (`if 0 <= mb < M:`) right after blank 3,
+#   a twin of blank 2's answer: forward and backward now share the one (blanked) test.
+# - seed blank 3, hint `# t - (S - 1 - s)` and "arrives at step m + (S-1-s)": the answer. Now
+#   "the same for the backward phase, which enters at the other end".
+# - seed blank 4, hint "slots of forward and backward whose value is not None": the code in
+#   words. Now "how many slots hold work?".
+# - seed blank 5, hint "(total slots - active slots) / total slots": the answer. The markdown
+#   defines the bubble ratio (the idle share of all slots); the hint says "as defined above".
+# - The seed's two tables (forward, backward) are one table of 2(M+S-1) columns whose rows,
+#   read without the idle slots, are the ranks' orders that the rest of the notebook uses.
+# - Added: the seed quotes only (S-1)/(S-1+M); the notebook names both conventions, over the
+#   total time (S-1)/(M+S-1) and over the ideal time (S-1)/M, and checks the seed's numbers.
+from autograder.grade_cell import grade
+grade(gpipe_table)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Two ways to quote a bubble
+#
+# Each phase lasts $M + S - 1$ steps, of which each stage works $M$: the bubble is
+# $S - 1$ steps per phase per stage. Divided by the **total** time, as your table does, that is
+#
+# $$\text{bubble} = \frac{S-1}{M+S-1} \qquad (S=4,\ M=6:\ 3/9 = 33.3\%).$$
+#
+# Papers (GPipe, Megatron-LM) often divide by the **ideal** time, the work alone:
+# $\frac{S-1}{M}$ ($3/6 = 50\%$ for the same schedule). Same schedule, same idle time, two
+# numbers: always say which one you quote. Both shrink as $M$ grows, which is why pipelines use
+# many micro-batches, and the cost of that is the subject of section 4.
+
+# %%
+for M in (4, 6, 8, 16, 32):
+    S = 4
+    print(f"S={S}, M={M:2d}: over total {(S - 1) / (M + S - 1):6.1%}   "
+          f"over ideal {(S - 1) / M:6.1%}")
+
+# %% [markdown]
+# ## 3. One representation: each rank's order
+#
+# A table fixes *when* everything runs. What a rank actually executes is simpler: its actions
+# in order, each starting as soon as its inputs have arrived. So from here on a schedule is an
+# **order**: `order[r]` is the list of actions rank `r` runs, in sequence. Reading your table
+# row by row and skipping the idle slots gives GPipe's order.
+#
+# `distlab.pipeline` takes an order and does the rest (it makes no schedules itself):
+#
+# * `simulate(order, costs)` runs it on a model clock: every action starts when its rank is
+#   free and what it needs is done: the forward of micro-batch $m$ on stage $s$ needs stage
+#   $s-1$'s forward; its backward needs its own forward and stage $s+1$'s backward. It returns a
+#   timeline (`.start`, `.makespan`, `.bubble`, `.bubble_over_ideal`, `.messages`), or raises
+#   `ScheduleError` for a missing or repeated action or ranks that would wait forever.
+#   `costs` defaults to `{"F": 1, "B": 2, "W": 1}` (a backward costs two forwards).
+# * `text_gantt(order, costs)` and `show_gantt(order)` draw it.
+# * `peak_in_flight(order)`: per stage, the most micro-batches whose forward has run but whose
+#   backward has not. Their activations must stay in memory until then.
+#
+# With the table's costs (a backward as long as a forward), the simulator rebuilds your table
+# from the order alone:
+
+# %%
+def gpipe_order(num_stages, num_microbatches):
+    table, _ = gpipe_table(num_stages, num_microbatches)
+    return [[action for action in row if action is not None] for row in table]
+
+
+TABLE_COSTS = {"F": 1, "B": 1}
+print(text_gantt(gpipe_order(4, 6), TABLE_COSTS))
+timeline = simulate(gpipe_order(4, 6), TABLE_COSTS)
+print(f"\nbubble: {timeline.bubble:.2%} of the total time, {timeline.bubble_over_ideal:.0%} of "
+      "the ideal time")
+print("in flight per stage:", peak_in_flight(gpipe_order(4, 6)))
+
+# %% [markdown]
+# With a backward twice as long as a forward the bubble ratio does not change: every step
+# just gets longer. But look at the last line above: **every stage holds the activations of
+# all $M$ micro-batches** before the first backward frees any. GPipe's memory grows with $M$,
+# the very number we raise to shrink the bubble.
+
+# %%
+show_gantt(gpipe_order(4, 6), name="GPipe, S=4, M=6")
+
+# %% [markdown]
+# ## 4. 1F1B: one forward, one backward
+#
+# A stage does not have to finish all its forwards first. As soon as the gradient of
+# micro-batch 0 comes back, it can run that backward and free micro-batch 0's activations.
+# 1F1B (PipeDream-Flush, Narayanan et al., 2021) does exactly that. Each stage runs:
+#
+# 1. **warm-up**: forwards only, to fill the pipeline after it. Micro-batch 0's backward
+#    can only begin once micro-batch 0 has reached the last stage, and from then on each
+#    stage after this one keeps working on a micro-batch this stage sent it. The last stage
+#    needs no warm-up: it can start the backward of micro-batch 0 as soon as its forward is
+#    done. (And a stage can never run more forwards than there are micro-batches.)
+# 2. **steady state**: one forward of the next micro-batch, then one backward of the oldest
+#    micro-batch it still holds, again and again until every forward is done;
+# 3. **cool-down**: the backwards that are left.
+#
+# The micro-batches a stage holds at once: its warm-up, plus the one forward of each steady
+# pair. That is what a good warm-up keeps small.
+
+# %% solution="one_f_one_b_order"
+def one_f_one_b_order(num_stages, num_microbatches):
+    """The 1F1B order: order[s] is stage s's actions (s, "F"/"B", microbatch), in sequence."""
+    S, M = num_stages, num_microbatches
+    order = []
+    for s in range(S):
+        warmup = min(S - s - 1, M)  # BLANK how many forwards run before this stage's first backward?
+        actions = [(s, "F", mb) for mb in range(warmup)]
+        for k in range(M - warmup):  # steady state: one forward, one backward
+            actions.append((s, "F", warmup + k))  # BLANK `warmup + k` the next micro-batch that has not gone forward
+            actions.append((s, "B", k))  # BLANK `k` the oldest micro-batch still held
+        actions += [(s, "B", mb) for mb in range(M - warmup, M)]  # cool-down
+        order.append(actions)
+    return order
+
+
+# %%
+for S, M in ((4, 6), (4, 8), (4, 2), (1, 3), (5, 5)):
+    order = one_f_one_b_order(S, M)
+    timeline = simulate(order)  # raises if an action is missing or the ranks would deadlock
+    gpipe = simulate(gpipe_order(S, M))
+    peaks = peak_in_flight(order)
+    print(f"S={S}, M={M}: bubble {timeline.bubble:.1%} (GPipe {gpipe.bubble:.1%}), "
+          f"in flight per stage {list(peaks.values())}")
+    assert timeline.makespan == gpipe.makespan, "1F1B should take as long as GPipe"
+    assert max(peaks.values()) <= min(S, M), f"at most {min(S, M)} micro-batches in flight"
+print("\n" + text_gantt(one_f_one_b_order(4, 6)))
+print("✓ 1F1B: the bubble of GPipe, and at most S micro-batches in flight")
+
+# %% tests="one_f_one_b_order_tests" points=3
+# Hidden tests (3 points): S = 1..8, M = 1..16; checked by simulation (every dependency, no
+# deadlock, GPipe's bubble) and by the micro-batches in flight on every stage.
+### BEGIN HIDDEN TESTS
+from autograder.grade_cell import grade
+grade(one_f_one_b_order)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Same length, same bubble; what changed is the memory. Move the sliders: GPipe holds $M$
+# micro-batches per stage, 1F1B at most $S$ whatever $M$ is (stage $s$ holds $S - s$).
+
+# %%
+show_schedules({"GPipe": gpipe_order, "1F1B": one_f_one_b_order}, S=4, M=8)
+
+# %% [markdown]
+# ## 5. 1F1B for real: stages that send to each other
+#
+# Now run an order on real ranks: rank $r$ holds stage $r$ of a small model (a `Linear` and a
+# `tanh`), rank 0 feeds the micro-batches in, the last rank computes each micro-batch's loss.
+# For each action of its order a rank does:
+#
+# * **F** of micro-batch `mb`: receive the activation `x` from the previous rank (rank 0 takes
+#   the input instead), compute `y = stage(x)`, send `y` to the next rank (the last rank turns
+#   `y` into the loss instead). Keep `(x, y)` in `stash[mb]`: the backward needs both.
+# * **B** of micro-batch `mb`: take `(x, y)` out of the stash, receive the gradient of the loss
+#   with respect to `y` from the next rank (the last rank has the loss itself), backpropagate it
+#   through the stage, and send the gradient with respect to `x` to the previous rank.
+#
+# The autograd you need: `x.requires_grad_()` asks autograd to compute the gradient of a leaf
+# tensor `x`; `y.backward(g)` backpropagates a given gradient `g` of `y` (for a scalar loss,
+# `loss.backward()`); afterwards `x.grad` holds the gradient with respect to `x`, and every
+# parameter's `.grad` has been added to. `stash.pop(mb)` returns an entry and removes it,
+# `stash[mb]` only returns it.
+#
+# Messages: `dist.isend(t, dst=r, tag=mb)` starts a send and returns at once (keep the request
+# and `wait()` for it at the end); `dist.recv(buf, src=r, tag=mb)` waits for a tensor to arrive
+# in `buf`. The tag is the micro-batch, so a message can only be taken for the micro-batch it
+# belongs to. Sends never block, so the ranks only wait where the order makes them wait: an
+# order that simulates without a deadlock runs without one.
+#
+# The peak your function measures is the most micro-batches in its stash at once.
+
+# %% solution="run_stage"
+def run_stage(rank, world_size, stage, actions, inputs, targets, shape):
+    """Run this rank's `actions` ((stage, "F"/"B", microbatch), in order) on its `stage` module.
+
+    inputs[mb]: the micro-batches (rank 0 only; None elsewhere); targets[mb]: their targets
+    (last rank only). Every activation has shape `shape`. The loss of a micro-batch is its MSE;
+    the gradients are those of their mean. Returns (losses, peak): the losses in micro-batch
+    order (last rank; [] elsewhere) and the most micro-batches this rank held at once.
+    """
+    first, last = rank == 0, rank == world_size - 1
+    prev, nxt = rank - 1, rank + 1
+    stash = {}  # micro-batch -> (x, y), kept from its forward to its backward
+    sends, losses, peak = [], {}, 0
+    for _, kind, mb in actions:
+        if kind == "F":
+            x = inputs[mb].clone() if first else torch.empty(shape)
+            if not first:
+                dist.recv(x, src=prev, tag=mb)
+            x.requires_grad_()
+            y = stage(x)
+            if last:
+                loss = F.mse_loss(y, targets[mb])
+                losses[mb] = loss.item()
+                y = loss / len(targets)  # the mean over micro-batches
+            else:
+                sends.append(dist.isend(y.detach(), dst=nxt, tag=mb))
+            stash[mb] = (x, y)
+            peak = max(peak, len(stash))  # BLANK the most micro-batches held so far
+        else:
+            x, y = stash.pop(mb)  # BLANK `pop` take this micro-batch out of the stash (its memory can go)
+            if last:
+                y.backward()
+            else:
+                grad = torch.empty_like(y)
+                dist.recv(grad, src=nxt, tag=mb)
+                y.backward(grad)  # BLANK `grad` backpropagate what, through the stage?
+            if not first:
+                sends.append(dist.isend(x.grad, dst=prev, tag=mb))  # BLANK `x.grad` what does the previous stage need?
+    for request in sends:
+        request.wait()
+    return [losses[mb] for mb in sorted(losses)], peak
+
+
+# %% [markdown]
+# The check builds a model of 4 stages, runs one training step on 4 ranks with the GPipe order
+# and with your 1F1B order, and compares every stage's gradients with the unsplit model's.
+
+# %%
+WIDTH, ROWS = 8, 4  # activations: micro-batches of 4 rows of 8 numbers
+
+
+def make_model(num_stages, seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())
+                           for _ in range(num_stages)])
+
+
+def make_batch(num_microbatches, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_microbatches * ROWS, WIDTH, generator=generator)
+    return x, torch.randn(num_microbatches * ROWS, WIDTH, generator=generator)
+
+
+def train_step(rank, world_size, order, num_microbatches):
+    """One step of stage `rank` on the ranks; its gradients, losses and peak."""
+    stage = make_model(world_size)[rank]
+    x, y = make_batch(num_microbatches)
+    inputs = list(x.split(ROWS)) if rank == 0 else None
+    targets = list(y.split(ROWS)) if rank == world_size - 1 else None
+    losses, peak = run_stage(rank, world_size, stage, order[rank], inputs, targets,
+                             (ROWS, WIDTH))
+    return [p.grad for p in stage.parameters()], losses, peak
+
+
+S, M = 4, 8
+model = make_model(S)
+x, y = make_batch(M)
+F.mse_loss(model(x), y).backward()  # the unsplit model, on the whole batch
+for name, order in (("GPipe", gpipe_order(S, M)), ("1F1B", one_f_one_b_order(S, M))):
+    results = run(train_step, order, M, world_size=S)
+    peaks = [peak for _, _, peak in results]
+    print(f"{name}: micro-batches held per rank {peaks} (the simulator says "
+          f"{list(peak_in_flight(order).values())})")
+    assert peaks == list(peak_in_flight(order).values()), "measured peaks differ from the order's"
+    for rank, (grads, _, _) in enumerate(results):
+        for got, param in zip(grads, model[rank].parameters(), strict=True):
+            assert torch.allclose(got, param.grad, atol=1e-6), f"{name}: rank {rank}'s gradients"
+print("✓ both orders give the unsplit model's gradients; 1F1B holds at most S micro-batches")
+
+# %% tests="run_stage_tests" points=4
+# Hidden tests (4 points): 1 to 4 ranks, GPipe, 1F1B and other orders; gradients, losses and
+# the peak against an unsplit model.
+### BEGIN HIDDEN TESTS
+# Seed 003 section 12, fixed here: it says 1F1B alternates forwards and backwards "to reduce
+# the bubble" (it has GPipe's bubble; it bounds the activations held, measured above); its
+# sketch warms up with S - 1 forwards on every stage (stage s needs min(S - s - 1, M)); its
+# stage keeps only the output activation for the backward (the backward needs the stage's
+# input too: here (x, y) are stashed); and the gradient comes from the next stage, downstream.
+from autograder.grade_cell import grade
+grade(run_stage)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 6. Interleaved 1F1B: several chunks per rank
+#
+# The bubble is $S - 1$ stage-steps whatever the schedule, so make the steps shorter: cut the
+# model into $vS$ stages instead of $S$, and give rank $r$ the $v$ **chunks** $r, r + S,
+# r + 2S, \dots$ (Megatron-LM's interleaved schedule, Narayanan et al., 2021). A micro-batch
+# now visits every rank $v$ times, each visit $1/v$ of the work, so the pipeline fills and
+# drains $v$ times faster: the bubble is $\frac{S-1}{vM}$ of the ideal time
+# ($\frac{S-1}{vM + S - 1}$ of the total). The price: every micro-batch crosses $vS - 1$ stage
+# boundaries instead of $S - 1$, so about $v$ times the messages.
+#
+# Rank $r$'s order, with the micro-batches taken in **rounds** of about $S$ (as in
+# `np.array_split`: sizes that differ by at most one, the larger rounds first):
+#
+# * its forwards: for each round, the round's micro-batches on its chunk 0, then the same
+#   micro-batches on chunk 1, ... up to chunk $v-1$;
+# * its backwards: the same rounds, but visiting the chunks the other way round (the gradient
+#   enters the model at its last stage);
+# * warm-up, steady 1F1B pairs, cool-down, as in 1F1B. The first backward a rank runs is that
+#   of micro-batch 0 on its last chunk, and micro-batch 0 gets there only after the rank has
+#   run the first round's forwards on all its earlier chunks. Warm up with as few forwards as
+#   keep the pipeline busy: with one chunk ($v = 1$) this order must be exactly 1F1B.
+
+# %% solution="interleaved_order"
+def interleaved_order(num_stages, num_microbatches, num_chunks):
+    """Interleaved 1F1B on num_stages ranks with num_chunks chunks each: order[r] is rank r's
+    actions (stage, "F"/"B", microbatch) in sequence; rank r holds stages r, r + S, ..."""
+    S, M, v = num_stages, num_microbatches, num_chunks
+    rounds = [group.tolist() for group in np.array_split(np.arange(M), max(1, M // S))]
+    size = len(rounds[0])  # micro-batches in the first round
+    order = []
+    for r in range(S):
+        forwards, backwards = [], []
+        for group in rounds:
+            for c in range(v):
+                forwards += [(c * S + r, "F", mb) for mb in group]  # BLANK `c * S + r` which stage is rank r's chunk c?
+                backwards += [((v - 1 - c) * S + r, "B", mb) for mb in group]  # BLANK `(v - 1 - c) * S + r` the chunks the other way round
+        warmup = min((v - 1) * size + S - r - 1, len(forwards))  # BLANK how many forwards before this rank's first backward? # ACCEPT `min((v - 1) * size + S - r - 1, len(backwards))`
+        actions = forwards[:warmup]
+        for forward, backward in zip(forwards[warmup:], backwards, strict=False):  # steady
+            actions += [forward, backward]
+        actions += backwards[len(forwards) - warmup:]  # cool-down
+        order.append(actions)
+    return order
+
+
+# %%
+assert interleaved_order(4, 6, 1) == one_f_one_b_order(4, 6), "v = 1 must be 1F1B"
+for S, M, v in ((4, 8, 2), (4, 8, 4), (4, 12, 2), (2, 5, 3), (4, 2, 2)):
+    order = interleaved_order(S, M, v)
+    timeline = simulate(order)  # raises if an action is missing or the ranks would deadlock
+    assert [{a[0] % S for a in actions} for actions in order] == [{r} for r in range(S)], \
+        "rank r must hold the stages r, r + S, ..."
+    plain = simulate(one_f_one_b_order(S, M))
+    print(f"S={S}, M={M:2d}, v={v}: bubble {timeline.bubble_over_ideal:6.1%} of the ideal time "
+          f"(1F1B {plain.bubble_over_ideal:6.1%}); {timeline.messages} messages "
+          f"(1F1B {plain.messages})")
+    if M >= S:
+        assert abs(timeline.bubble_over_ideal - (S - 1) / (v * M)) < 1e-9, "bubble (S-1)/(vM)"
+print("✓ interleaved 1F1B: the bubble is (S-1)/(vM) of the ideal time")
+
+# %% tests="interleaved_order_tests" points=3
+# Hidden tests (3 points): S = 1..6, M = 1..16, v = 1..4; checked by simulation (every
+# dependency, no deadlock, the shortest time) and by the activations held on every rank.
+### BEGIN HIDDEN TESTS
+from autograder.grade_cell import grade
+grade(interleaved_order)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Below, an interleaved action is drawn $1/v$ as long (it is $1/v$ of a stage's layers); the
+# lighter bars are the later chunks. With fewer micro-batches than stages ($M < S$) the
+# micro-batches cannot keep the ranks busy between their visits and the formula no longer
+# holds. Megatron-LM and `torch.distributed.pipelining` warm up with $(v-1)S + 2(S-1-r)$
+# forwards: one more per later rank than needed when messages take no time, a margin that
+# keeps the pipeline fed when they do (try `simulate(order, latency=0.25)` with both). Each
+# rank holds about $S$ micro-batches' worth of activations, as in 1F1B: $v$ times as many
+# chunk activations, each $1/v$ the size.
+
+# %%
+show_schedules({"1F1B": one_f_one_b_order, "interleaved 1F1B": interleaved_order}, S=4, M=8, v=2)
+
+# %% [markdown]
+# ## 7. Zero bubble: split the backward
+#
+# The backward of a layer $y = xW$ computes two things: $\partial L/\partial x =
+# \partial L/\partial y \; W^\top$, which the previous stage is waiting for, and $\partial
+# L/\partial W = x^\top \partial L/\partial y$, which nobody needs until the optimizer step.
+# Zero-bubble pipelines (Qi et al., 2024) run them as two actions: **B** (the input gradient,
+# sent on at once) and **W** (the weight gradient), and put the W's where the pipeline would
+# otherwise idle.
+#
+# Where is that? In 1F1B the gradients of the last micro-batch still have to travel up to rank
+# 0 after the later ranks have finished: rank $s$ idles at the end while the last backward
+# passes through the $s$ ranks before it, $s$ backward steps. **ZB-H1** fills that time with
+# weight gradients. Start from the 1F1B order; each B now computes only the input gradient, and
+# its W joins a queue of waiting weight gradients. After a B, a stage may run the oldest
+# waiting W, but only while it still keeps enough waiting to fill its idle time at the end;
+# there, it runs all the W's still waiting. With B and W one step each, how many is enough?
+# The memory stays that of 1F1B (a waiting W keeps only its layers' inputs), and the bubble
+# drops to a third when F, B and W take the same time. Action `(s, "W", mb)` is the weight
+# gradient of micro-batch `mb` on stage `s`; it can run any time after its B.
+
+# %% solution="zb_h1_order"
+def zb_h1_order(num_stages, num_microbatches):
+    """ZB-H1: the 1F1B order with each backward split into B (input gradient) and W (weight
+    gradient), some W's kept waiting to fill the idle time at the end."""
+    order = []
+    for s, actions in enumerate(one_f_one_b_order(num_stages, num_microbatches)):
+        split, waiting = [], []  # waiting: weight gradients not run yet, oldest first
+        for action in actions:
+            split.append(action)  # a forward, or a B: now only the input gradient
+            if action[1] == "B":
+                waiting.append((s, "W", action[2]))  # BLANK `(s, "W", action[2])` what this backward leaves to do later
+                if len(waiting) > s:  # BLANK may this stage run a waiting weight gradient now?
+                    split.append(waiting.pop(0))
+        split += waiting  # the rest fill the end
+        order.append(split)
+    return order
+
+
+# %%
+ZB_COSTS = {"F": 1, "B": 2, "W": 1}  # a whole backward 2; split, B and W take 1 each
+for S, M in ((4, 8), (4, 16), (3, 3), (1, 4)):
+    zb, plain = simulate(zb_h1_order(S, M), ZB_COSTS), simulate(one_f_one_b_order(S, M), ZB_COSTS)
+    idle = S * zb.makespan - sum(zb.busy)
+    print(f"S={S}, M={M:2d}: bubble {zb.bubble:5.1%} (1F1B {plain.bubble:5.1%}), "
+          f"idle per rank {idle / S:g} steps (1F1B {(S * plain.makespan - sum(plain.busy)) / S:g})")
+    assert zb.makespan == 3 * M + S - 1, "with F = B = W, ZB-H1 idles S - 1 steps per rank"
+print("\n" + text_gantt(zb_h1_order(4, 6), ZB_COSTS))
+print("✓ ZB-H1: a third of 1F1B's bubble")
+
+# %% tests="zb_h1_order_tests" points=2
+# Hidden tests (2 points): S = 1..8, M = 1..16 (with a correct 1F1B order underneath): every
+# dependency, no deadlock, the shortest time, no more activations held than ZB-H1 needs.
+### BEGIN HIDDEN TESTS
+from autograder.grade_cell import grade
+grade(zb_h1_order)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# All four side by side (an interleaved action is $1/v$ as long). Watch the hatched area:
+
+# %%
+show_schedules({"GPipe": gpipe_order, "1F1B": one_f_one_b_order,
+                "interleaved 1F1B": interleaved_order, "ZB-H1": zb_h1_order}, S=4, M=8, v=2)
+
+# %% [markdown]
+# ## 8. PyTorch's pipeline: `torch.distributed.pipelining`
+#
+# PyTorch runs these schedules for you. On each rank:
+#
+# ```python
+# stage = PipelineStage(module, stage_index=i, num_stages=n, device=torch.device("cpu"))
+# schedule = ScheduleGPipe(stage, n_microbatches=M, loss_fn=F.mse_loss)   # or Schedule1F1B
+# schedule.step(...)                        # one training step: forwards and backwards
+# ```
+#
+# `module` is the part of the model this rank holds, stage `i` of `n`; shapes are found out
+# at the first step. `step` splits the batch into `M` micro-batches along dimension 0 and runs
+# the schedule: the rank with the first stage passes the batch, `step(x)`; the rank with the
+# last stage passes the targets and a list to receive each micro-batch's loss,
+# `step(target=y, losses=losses)`; a rank in between calls `step()` (with one rank, both at
+# once). The gradients are those of the mean of the micro-batch losses.
+#
+# The model: a small transformer, two encoder layers, one per rank.
+
+# %% solution="pipelining_step"
+def pipelining_step(rank, world_size, part, schedule, x, y, num_microbatches):
+    """One training step of torch's pipeline: `part` is this rank's stage of the model,
+    schedule "GPipe" or "1F1B", x the batch and y its targets (every rank has them). Returns
+    the micro-batch losses (on the rank that computes them; [] elsewhere)."""
+    stage = PipelineStage(part, stage_index=rank, num_stages=world_size, device=torch.device("cpu"))  # BLANK `rank` which stage does this rank hold?
+    schedule_class = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
+    pipe = schedule_class(stage, n_microbatches=num_microbatches, loss_fn=F.mse_loss)
+    losses = []
+    args = (x,) if rank == 0 else ()  # BLANK `rank == 0` which rank feeds the batch in?
+    kwargs = {"target": y, "losses": losses} if rank == world_size - 1 else {}  # BLANK `rank == world_size - 1` which rank computes the loss?
+    pipe.step(*args, **kwargs)
+    return [loss.item() for loss in losses]
+
+
+# %%
+SEQ, DIM = 6, 16
+
+
+def make_transformer(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(*[nn.TransformerEncoderLayer(DIM, nhead=2, dim_feedforward=32,
+                                                      dropout=0.0, batch_first=True)
+                           for _ in range(2)])
+
+
+def torch_pipeline(rank, world_size, schedule, num_microbatches):
+    part = make_transformer()[rank]
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(2 * num_microbatches, SEQ, DIM, generator=generator)
+    y = torch.randn(2 * num_microbatches, SEQ, DIM, generator=generator)
+    losses = pipelining_step(rank, world_size, part, schedule, x, y, num_microbatches)
+    return losses, [p.grad for p in part.parameters()]
+
+
+M = 4
+model = make_transformer()
+generator = torch.Generator().manual_seed(1)
+x, y = torch.randn(2 * M, SEQ, DIM, generator=generator), torch.randn(2 * M, SEQ, DIM,
+                                                                   generator=generator)
+F.mse_loss(model(x), y).backward()  # the unsplit model
+expected_losses = [F.mse_loss(model(xs), ys).item()
+                   for xs, ys in zip(x.split(2), y.split(2), strict=True)]
+for schedule in ("GPipe", "1F1B"):
+    results = run(torch_pipeline, schedule, M, world_size=2)
+    losses = results[-1][0]
+    print(f"{schedule}: micro-batch losses {np.round(losses, 4).tolist()}")
+    assert np.allclose(losses, expected_losses, atol=1e-5), "losses differ from the unsplit model"
+    for rank, (_, grads) in enumerate(results):
+        for got, param in zip(grads, model[rank].parameters(), strict=True):
+            assert torch.allclose(got, param.grad, atol=1e-5), f"{schedule}: rank {rank}'s grads"
+print("✓ torch's GPipe and 1F1B give the unsplit transformer's losses and gradients")
+
+# %% tests="pipelining_step_tests" points=3
+# Hidden tests (3 points): 2 and 3 ranks, GPipe and 1F1B, several micro-batch counts; losses
+# and gradients against the unsplit model.
+### BEGIN HIDDEN TESTS
+from autograder.grade_cell import grade
+grade(pipelining_step)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# `Schedule1F1B` refuses fewer micro-batches than stages (its code assumes every stage gets
+# to the steady state; your `one_f_one_b_order` simply turns into GPipe there). `ScheduleGPipe`
+# accepts any number:
+
+# %%
+try:
+    run(torch_pipeline, "1F1B", 1, world_size=2)
+except Exception as err:  # the ranks' ValueError, reported by run
+    print(str(err).splitlines()[0])
+
+# %% [markdown]
+# ## 9. Activation checkpointing: memory for time
+#
+# Everything autograd keeps for the backward (the inputs of each matmul, the input of each
+# activation function) stays in memory from the forward to the backward: the activations
+# that 1F1B keeps few of. **Activation checkpointing** (gradient checkpointing, Chen et al.,
+# 2016) keeps less: a checkpointed block keeps only its input, and its backward first runs
+# the block's forward again to get back what it needs. Less memory, one more forward.
+#
+# ```python
+# from torch.utils.checkpoint import checkpoint
+# out = checkpoint(fn, inp, use_reentrant=False)   # out = fn(inp), keeping only inp
+# ```
+#
+# (`use_reentrant=False` is the variant PyTorch recommends: with the older one, the parameters
+# inside get no gradient, and only a warning says so, when `inp` does not require a gradient,
+# as the input of a first block does not.)
+#
+# On a GPU you would read `torch.cuda.max_memory_allocated()`; a CPU has no such counter. So
+# count directly what autograd keeps: inside
+# `with torch.autograd.graph.saved_tensors_hooks(pack, unpack):` autograd calls `pack(t)` for
+# every tensor `t` it saves for the backward and stores what `pack` returns (`unpack` gets it
+# back in the backward; here both hand the tensor through). `t.numel()` is the number of
+# elements of a tensor, `t.element_size()` the bytes of one. The weights are saved too, but
+# they are in memory with or without a backward, so they don't count; a saved weight is often
+# a view such as `weight.t()`, so recognise it by the memory it lives in,
+# `t.untyped_storage().data_ptr()`.
+#
+# The model: `depth` blocks, each `Linear(width, 4 width)`, GELU, `Linear(4 width, width)`.
+
+# %%
+def make_blocks(depth, width):
+    return nn.ModuleList([nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
+                                        nn.Linear(4 * width, width)) for _ in range(depth)])
+
+
+# %% solution="activation_bytes"
+def activation_bytes(depth, width, batch, checkpointed, seed=0):
+    """One forward and backward of make_blocks(depth, width) on a random batch, each block
+    checkpointed or not. Returns (saved, grads, seconds): the bytes of activations autograd
+    kept for the backward, the parameters' gradients, and how long the step took."""
+    torch.manual_seed(seed)
+    blocks = make_blocks(depth, width)
+    h = torch.randn(batch, width)
+    weights = {p.untyped_storage().data_ptr() for p in blocks.parameters()}
+    saved = 0
+
+    def pack(t):
+        nonlocal saved
+        if t.untyped_storage().data_ptr() not in weights:  # BLANK which saved tensors count? # ACCEPT `t.data_ptr() not in weights`
+            saved += t.numel() * t.element_size()  # BLANK its size in bytes # ACCEPT `t.numel() * h.element_size()`
+        return t
+
+    start = time.perf_counter()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        for block in blocks:
+            h = checkpoint(block, h, use_reentrant=False) if checkpointed else block(h)  # BLANK `checkpoint(block, h, use_reentrant=False)` the block, keeping only its input
+        loss = h.square().mean()
+    loss.backward()
+    seconds = time.perf_counter() - start
+    return saved, [p.grad for p in blocks.parameters()], seconds
+
+
+# %%
+DEPTH, WIDTH_CK, BATCH = 8, 256, 64
+plain_bytes, plain_grads, _ = activation_bytes(DEPTH, WIDTH_CK, BATCH, checkpointed=False)
+ck_bytes, ck_grads, _ = activation_bytes(DEPTH, WIDTH_CK, BATCH, checkpointed=True)
+print(f"saved for backward: {plain_bytes / 2**20:.2f} MiB without checkpointing, "
+      f"{ck_bytes / 2**20:.2f} MiB with ({plain_bytes / ck_bytes:.1f}x less)")
+row = BATCH * WIDTH_CK * 4  # bytes of one (batch, width) float32 activation
+assert ck_bytes == (DEPTH + 1) * row, "checkpointed: each block's input, and the output"
+assert plain_bytes > 5 * ck_bytes, "without checkpointing the insides of every block are kept"
+assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain_grads, ck_grads, strict=True))
+print("✓ same gradients, a fraction of the memory")
+
+# %% tests="activation_bytes_tests" points=3
+# Hidden tests (3 points): depth 1-4, several widths and batches, with and without
+# checkpointing; saved bytes and gradients against our own count.
+### BEGIN HIDDEN TESTS
+# Seed 002, fixed here: its checkpoint example calls checkpoint(self.block1, x) without
+# use_reentrant; with the reentrant variant (the old default) and an input that does not
+# require a gradient, block1's parameters get no gradient (only a warning says so). It also says a
+# checkpointed block stores "its input and output": it keeps only its input. Its memory figures
+# came from a CUDA allocator; on CPU the notebook counts saved tensors with saved_tensors_hooks.
+from autograder.grade_cell import grade
+grade(activation_bytes)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# And the price, in time: the same step, timed (the best of three runs).
+
+# %%
+seconds = [min(activation_bytes(DEPTH, WIDTH_CK, BATCH, c)[2] for _ in range(3))
+           for c in (False, True)]
+print(f"step time: {seconds[0] * 1e3:.1f} ms without, {seconds[1] * 1e3:.1f} ms with "
+      f"checkpointing ({seconds[1] / seconds[0]:.2f}x)")
+show_bars(["without", "with checkpointing"], {"MiB saved for backward": [
+    plain_bytes / 2**20, ck_bytes / 2**20], "step time (ms)": [s * 1e3 for s in seconds]},
+    f"Activation checkpointing, {DEPTH} blocks of width {WIDTH_CK}, batch {BATCH}")
+
+# %% [markdown]
+# Without checkpointing, each block keeps its input (1 row of `width`), the first `Linear`'s
+# output for the GELU (4 rows' worth) and the GELU's output for the second `Linear` (4 more):
+# 9 per block. With it, 1 per block. (Plus the model's output, kept by the loss.)
+#
+# The backward reruns every forward once: in theory one forward more per three (forward +
+# backward ≈ 3 forwards), about 1.33x; small CPU timings are noisy. Checkpointing combines
+# with pipelines: in GPipe it is what keeps the $M$ micro-batches in flight affordable (the
+# GPipe paper checkpoints every stage), and in 1F1B it shrinks the $S$ that remain.
+#
+# ## Wrap-up
+#
+# * A pipeline of $S$ stages idles $S-1$ steps per phase: $\frac{S-1}{M+S-1}$ of the total
+#   time, $\frac{S-1}{M}$ of the ideal time. More micro-batches, smaller bubble.
+# * GPipe holds all $M$ micro-batches' activations; 1F1B, with the same bubble, at most $S$.
+# * Interleaving $v$ chunks per rank divides the bubble by $v$ for $v$ times the messages;
+#   splitting the backward into B and W lets the weight gradients fill the bubble (ZB-H1:
+#   a third of it when F, B and W cost the same).
+# * `torch.distributed.pipelining` runs these schedules for real and matches the unsplit
+#   model; activation checkpointing trades one more forward for most of the activation memory.
+#
+# **Next.** Notebook 06 shards what data parallelism copies: optimizer states, gradients and
+# parameters (ZeRO).
