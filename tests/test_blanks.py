@@ -26,8 +26,18 @@ def test_using_a_blank_names_the_function_and_its_empty_lines():
     """Does using `_____` inside a function list that function's unfilled lines?"""
     with pytest.raises(BlankNotFilled, match=r"step still has 2 blank line\(s\)") as err:
         define(CELL)["step"](3)
-    assert "line 4: idx = _____  # [1] which chunk?" in str(err.value)
-    assert "line 5: b = _____" in str(err.value)
+    assert "blank [1] (lines 4, 5)" in str(err.value)
+    assert len(str(err.value).splitlines()) == 2  # short: what to fill, and what to do
+
+
+def test_a_blank_used_in_a_comprehension_names_the_learners_function():
+    """Is a `_____` used inside a list comprehension reported for the function, not for
+    Python's `<listcomp>` frame?"""
+    cell = ("from distlab import _____\ndef gather(n):\n"
+            "    return [_____ + k for k in range(n)]  # [3] what each rank holds\n")
+    with pytest.raises(BlankNotFilled, match=r"^gather still has 1 blank line\(s\) to fill: "
+                                             r"blank \[3\] \(line 3\)"):
+        define(cell, "<cell-comp>")["gather"](2)
 
 
 def test_using_a_blank_at_top_level_still_says_what_to_do():
@@ -38,7 +48,7 @@ def test_using_a_blank_at_top_level_still_says_what_to_do():
 
 def test_require_filled_lists_lines_before_anything_runs():
     """Does require_filled name every empty line without running the function?"""
-    with pytest.raises(BlankNotFilled, match="line 4: idx = _____"):
+    with pytest.raises(BlankNotFilled, match=r"blank \[1\] \(lines 4, 5\)"):
         require_filled(define(CELL, "<cell-req>")["step"])
 
 
@@ -50,3 +60,19 @@ def test_a_filled_function_passes_require_filled():
 def test_blank_repr_is_harmless():
     """Can a learner print a structure holding an unfilled blank without a crash?"""
     assert repr([_____]) == "[_____]"
+
+
+def test_in_a_notebook_an_unfilled_blank_shows_its_message_alone():
+    """In a real kernel, is an unfilled blank shown as its short message, without the 30-line
+    traceback through the check cell and distlab's own frames?"""
+    import nbformat
+    from nbclient import NotebookClient
+
+    cells = ["from distlab import _____\ndef f(x):\n    return _____ + x  # [1] a hint\n",
+             "f(1)"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=120).execute()
+    [error] = nb.cells[1].outputs
+    shown = "\n".join(error["traceback"])
+    assert error["ename"] == "BlankNotFilled" and "blank [1] (line 3)" in shown
+    assert len(shown.splitlines()) <= 3 and "distlab" not in shown and "File" not in shown

@@ -1,7 +1,30 @@
-"""distlab: the helpers the course notebooks import (launcher, plots, cost models)."""
+"""distlab: the helpers the course notebooks import (launcher, blanks, one module per topic)."""
 
 from distlab.blanks import BlankNotFilled, _____, require_filled
 from distlab.launch import DeadlockError, RankError, device, run, shutdown
 
 __all__ = ["_____", "BlankNotFilled", "require_filled",
            "run", "RankError", "DeadlockError", "shutdown", "device"]
+
+
+def _show_briefly() -> None:
+    """In a notebook, an unfilled blank, a failing rank or a deadlock shows its message alone:
+    the traceback above it would be the check cell's and distlab's, not the learner's code
+    (the message already names the learner's function and lines)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def brief(shell, etype, value, tb, tb_offset=None):
+        stb = [f"\x1b[0;31m{etype.__name__}\x1b[0m: {value}"]
+        shell._showtraceback(etype, value, stb)
+        return stb
+
+    shell.set_custom_exc((BlankNotFilled, RankError, DeadlockError), brief)
+
+
+_show_briefly()

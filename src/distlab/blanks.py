@@ -11,6 +11,7 @@ import ast
 import inspect
 import io
 import linecache
+import re
 import sys
 import tokenize
 
@@ -31,9 +32,8 @@ class _Blank:
         __tracebackhide__ = True  # IPython and pytest: the learner's frame is the one to show
         where = _where_used(sys._getframe(1))
         raise BlankNotFilled(
-            f"{where}Replace each `_____` with your code, then re-run the cell." if where else
-            "a blank `_____` is not filled yet: replace it with your code and re-run the cell"
-        )
+            where or "a blank `_____` is not filled yet: replace it with your code and re-run "
+            "the cell")
 
     __call__ = __getattr__ = __getitem__ = __setitem__ = __iter__ = __len__ = _refuse
     __bool__ = __index__ = __int__ = __float__ = __neg__ = __abs__ = _refuse
@@ -47,19 +47,43 @@ class _Blank:
 _____ = _Blank()
 
 
+def _learner_frame(frame):
+    """The frame of the function the learner wrote: a comprehension or generator expression
+    runs in a frame of its own (`<listcomp>`), named after nothing the learner sees."""
+    while frame is not None and frame.f_code.co_name.startswith("<") and \
+            frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    return frame
+
+
+def _numbers(text: str) -> list[str]:
+    """The blank numbers a released line's hint carries (`# [2] ...` or `# [2], [3] ...`)."""
+    column = text.find("#")
+    return re.findall(r"\[(\d+)\]", text[column:]) if column >= 0 else []
+
+
+def describe(name: str, empty: list[tuple[int, str]], first: int = 1) -> str:
+    """`ring_allreduce: fill blanks [2], [4] (lines 12, 15), then re-run its cell.`"""
+    numbers = [n for _, text in empty for n in _numbers(text)]
+    lines = ", ".join(str(first + row - 1) for row, _ in empty)
+    which = (f"blank{'s' if len(numbers) > 1 else ''} {', '.join(f'[{n}]' for n in numbers)}"
+             if numbers else f"the `_____` on line{'s' if len(empty) > 1 else ''}")
+    where = f" (line{'s' if len(empty) > 1 else ''} {lines})" if numbers else f" {lines}"
+    return (f"{name} still has {len(empty)} blank line(s) to fill: {which}{where}.\n"
+            "Replace each `_____` with your code, re-run its cell, then run the check again.")
+
+
 def _where_used(frame) -> str:
-    """"f still has 2 blank line(s) to fill: ... \n" for the function that used `_____`."""
-    if frame.f_code.co_name == "<module>":
+    """What to tell a learner whose function used an unfilled `_____`."""
+    frame = _learner_frame(frame)
+    if frame is None or frame.f_code.co_name == "<module>":
         return ""
     try:
         source, first = inspect.getsourcelines(frame.f_code)
     except (OSError, TypeError):
         return ""
     empty = unfilled_lines("".join(source))
-    if not empty:
-        return ""
-    lines = "\n".join(f"  line {first + row - 1}: {text}" for row, text in empty)
-    return f"{frame.f_code.co_name} still has {len(empty)} blank line(s) to fill:\n{lines}\n"
+    return describe(frame.f_code.co_name, empty, first) if empty else ""
 
 
 def unfilled_lines(source: str) -> list[tuple[int, str]]:
@@ -121,8 +145,4 @@ def require_filled(fn) -> None:
         return  # no source to read (a builtin, or a function made by exec): nothing to check
     empty = unfilled_lines("".join(source))
     if empty:
-        where = "\n".join(f"  line {first + row - 1}: {text}" for row, text in empty)
-        raise BlankNotFilled(
-            f"{fn.__name__} still has {len(empty)} blank line(s) to fill:\n{where}\n"
-            "Replace each `_____` with your code, re-run the cell, then run the check again."
-        )
+        raise BlankNotFilled(describe(fn.__name__, empty, first))
