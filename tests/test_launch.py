@@ -382,3 +382,28 @@ def test_does_the_nccl_path_put_each_rank_on_its_gpu():
     out = run(on_gpu, world_size=2)
     assert [d for d, _ in out] == ["cuda:0", "cuda:1"]
     assert all(t.device.type == "cpu" and t.item() == 2.0 for _, t in out)
+
+
+def test_a_long_run_in_a_notebook_shows_a_live_line_naming_who_is_still_running():
+    """In a notebook kernel, does a run that lasts over a second show a line saying the ranks
+    are running and which have returned, updated while they run, then how long they ran?"""
+    import nbformat
+    from nbclient import NotebookClient
+
+    code = ("from distlab import run\nimport time\n"
+            "def slow(rank, world_size):\n    time.sleep(3 if rank else 0)\n    return rank\n"
+            "run(slow, world_size=2)")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    client = NotebookClient(nb, kernel_name="python3", timeout=120)
+    seen, output = [], client.output
+
+    def spy(outs, msg, display_id, cell_index):  # every display message, as it arrives
+        seen.append(msg["content"].get("data", {}).get("text/plain", ""))
+        return output(outs, msg, display_id, cell_index)
+
+    client.output = spy
+    client.execute()
+    assert any("still running: rank 1" in text and "returned: rank 0" in text
+               for text in seen), seen
+    final = [o for o in nb.cells[0].outputs if o["output_type"] == "display_data"]
+    assert final[0]["data"]["text/plain"].startswith("2 rank(s) ran for")

@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection, wait
 GRACE_S = 1.0  # once a rank has failed, how long the others get before we stop them
 WHERE_S = 1.0  # how long a stuck rank gets to say where it is
 START_S = 120.0  # zygote import and fork; not counted in the learner's `timeout`
+TICK_S = 0.5  # how often a notebook's live line is updated while ranks run
 
 
 class Pool:
@@ -66,8 +67,10 @@ class Pool:
         if self.control is None:
             _, self.control = self.accept(time.monotonic() + START_S)
 
-    def call(self, payload: bytes, world_size, backend, timeout, init_group, trace) -> tuple:
-        """Run one call; (answers, where): rank -> (kind, body) and rank -> where it is stuck."""
+    def call(self, payload: bytes, world_size, backend, timeout, init_group, trace,
+             progress=None) -> tuple:
+        """Run one call; (answers, where): rank -> (kind, body) and rank -> where it is stuck.
+        progress(answered ranks, seconds) is called about twice a second while ranks run."""
         try:
             self.start_ranks(world_size, backend)
         except BaseException:
@@ -84,7 +87,7 @@ class Pool:
         try:
             for conn in self.ranks:
                 conn.send_bytes(message)
-            answers = self.collect(timeout)
+            answers = self.collect(timeout, progress)
             where = self.ask_where(answers)
         except BaseException:  # Stop pressed (KeyboardInterrupt) or a broken pool
             with contextlib.suppress(Exception):
@@ -127,12 +130,15 @@ class Pool:
             conn = Connection(sock.detach())
             return pickle.loads(conn.recv_bytes()), conn
 
-    def collect(self, timeout: float) -> dict:
+    def collect(self, timeout: float, progress=None) -> dict:
         """rank -> (kind, body) for each rank that answered before the deadline."""
         pending = {conn: rank for rank, conn in enumerate(self.ranks)}
-        answers, deadline = {}, time.monotonic() + timeout
+        answers, start = {}, time.monotonic()
+        deadline = start + timeout
         while pending and (left := deadline - time.monotonic()) > 0:
-            for conn in wait(list(pending), min(left, 3600)):
+            if progress is not None:
+                progress(sorted(answers), time.monotonic() - start)
+            for conn in wait(list(pending), min(left, TICK_S if progress else 3600)):
                 kind, body = self.receive(conn)
                 answers[pending.pop(conn)] = kind, body
                 if kind != "done":  # the others may be blocked on this rank: short grace

@@ -63,13 +63,15 @@ def _numbers(text: str) -> list[str]:
 
 
 def describe(name: str, empty: list[tuple[int, str]], first: int = 1) -> str:
-    """`ring_allreduce: fill blanks [2], [4] (lines 12, 15), then re-run its cell.`"""
+    """`ring_allreduce still has 2 blank line(s) to fill: blanks [2], [4] (lines 12, 15).`"""
     numbers = [n for _, text in empty for n in _numbers(text)]
-    lines = ", ".join(str(first + row - 1) for row, _ in empty)
-    which = (f"blank{'s' if len(numbers) > 1 else ''} {', '.join(f'[{n}]' for n in numbers)}"
-             if numbers else f"the `_____` on line{'s' if len(empty) > 1 else ''}")
-    where = f" (line{'s' if len(empty) > 1 else ''} {lines})" if numbers else f" {lines}"
-    return (f"{name} still has {len(empty)} blank line(s) to fill: {which}{where}.\n"
+    if numbers:
+        lines = ", ".join(str(first + row - 1) for row, _ in empty)
+        which = (f"blank{'s' if len(numbers) > 1 else ''} {', '.join(f'[{n}]' for n in numbers)}"
+                 f" (line{'s' if len(empty) > 1 else ''} {lines})")
+    else:  # not a released exercise: show the lines themselves
+        which = "; ".join(f"line {first + row - 1}: {text}" for row, text in empty)
+    return (f"{name} still has {len(empty)} blank line(s) to fill: {which}.\n"
             "Replace each `_____` with your code, re-run its cell, then run the check again.")
 
 

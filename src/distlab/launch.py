@@ -96,7 +96,12 @@ def run(fn, *args, world_size=4, timeout=30.0, init_group=True, backend=None, tr
         name = getattr(fn, "__name__", "fn")
         raise TypeError(f"cannot send {name} and its arguments to the ranks: {exc}") from None
     timeout = float("inf") if timeout is None else timeout
-    answers, where = pool.call(payload, world_size, backend, timeout, init_group, trace)
+    live = _LiveLine(world_size)
+    try:
+        answers, where = pool.call(payload, world_size, backend, timeout, init_group, trace,
+                                   live.update)
+    finally:
+        live.close()
     _print_outputs(world_size, answers, where)
     failed = sorted(rank for rank, (kind, _) in answers.items() if kind != "done")
     stuck = [rank for rank in range(world_size) if rank not in answers]
@@ -105,6 +110,48 @@ def run(fn, *args, world_size=4, timeout=30.0, init_group=True, backend=None, tr
     if stuck:
         raise _deadlock_error(timeout, answers, where, world_size)
     return [pickle.loads(answers[rank][1]["value"]) for rank in range(world_size)]
+
+
+class _LiveLine:
+    """In a notebook, a line that says the ranks are running, for how long, and which have not
+    returned yet: shown once a call lasts SHOW_AFTER_S, then how long they ran. Nowhere else
+    (a terminal, a test, the grader, a check whose output is captured) is it shown."""
+
+    SHOW_AFTER_S = 1.0
+
+    def __init__(self, world_size: int):
+        self.world_size, self.handle, self.seconds = world_size, None, 0.0
+        self.enabled = _in_notebook()
+
+    def update(self, answered: list[int], seconds: float) -> None:
+        self.seconds = seconds
+        if not self.enabled or seconds < self.SHOW_AFTER_S:
+            return
+        waiting = [r for r in range(self.world_size) if r not in answered]
+        text = f"⏳ {self.world_size} rank(s) running for {seconds:.0f} s"
+        if answered:
+            text += (f"; returned: rank {', '.join(map(str, answered))}; still running: "
+                     f"rank {', '.join(map(str, waiting))}")
+        from IPython.display import display
+
+        if self.handle is None:
+            self.handle = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            self.handle.update({"text/plain": text}, raw=True)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.update({"text/plain": f"{self.world_size} rank(s) ran for "
+                                              f"{self.seconds:.0f} s"}, raw=True)
+
+
+def _in_notebook() -> bool:
+    """Is this a notebook kernel whose output goes to the notebook (not captured)?"""
+    import sys
+
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    return (shell is not None and hasattr(shell, "kernel")
+            and type(sys.stdout).__name__ == "OutStream")
 
 
 def device():
