@@ -5,9 +5,16 @@ Run: .venv/bin/python -m pytest tests/test_collectives.py -q   (about a minute o
 """
 
 import linecache
+import os
+import re
+import socket
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import matplotlib
+import nbformat
 import numpy as np
 import pytest
 
@@ -18,44 +25,42 @@ from autograder.markers import blank_source
 matplotlib.use("Agg")
 
 ASSIGNMENT = "01_collectives"
+RELEASED = Path(__file__).resolve().parents[1] / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 SIMULATED = ["ring_allreduce", "chunk_bounds", "ring_allreduce_uneven", "ring_allgather",
              "ring_reduce_scatter", "tree_broadcast", "alltoall"]
 REAL_RANKS = ["hello_allreduce", "ring_allreduce_p2p"]
 
 # One plausible mistake per blank: (function, blank number, what a learner might write there).
 WRONG = [
-    ("ring_allreduce", 1, "(i + step) % N"),
-    ("ring_allreduce", 2, "(i + 2) % N"),
+    ("ring_allreduce", 1, "(i + 2) % N"),
+    ("ring_allreduce", 2, "(i + step) % N"),
     ("ring_allreduce", 3, "chunks[i][send_chunk_idx][k]"),  # overwrite instead of add
-    ("ring_allreduce", 4, "(i - step) % N"),
+    ("ring_allreduce", 4, "(i - step) % N"),  # as if GPU i had finished chunk i
     ("ring_allreduce", 5, "[a + b for a, b in zip(chunks[recv_gpu][send_chunk_idx], "
                           "chunks[i][send_chunk_idx])]"),  # add instead of overwrite
     ("chunk_bounds", 1, "(length // n, 0)"),
     ("chunk_bounds", 2, "start + base + (1 if j >= n - extra else 0)"),  # larger chunks last
     ("chunk_bounds", 3, "start + base"),
-    ("ring_allreduce_uneven", 1, "(i - step) % N"),
-    ("ring_allreduce_uneven", 2, "(i + 1) % N"),
-    ("ring_allreduce_uneven", 3, "(i - step + 1) % N"),
+    ("ring_allreduce_uneven", 1, "(i - step) % N"),  # the sender's rule, not the receiver's
+    ("ring_allreduce_uneven", 2, "(i - step + 1) % N"),
     ("ring_allgather", 1, "(r + step) % N"),
-    ("ring_allgather", 2, "(r + 1) % N"),
-    ("ring_allgather", 3, "(r - step) % N"),
+    ("ring_allgather", 2, "(r - step) % N"),
     ("ring_reduce_scatter", 1, "(r - step) % N"),  # the all-reduce schedule, not shifted
     ("ring_reduce_scatter", 2, "(r - step - 1) % N"),
     ("ring_reduce_scatter", 3, "bounds[(r + 1) % N]"),
     ("tree_broadcast", 1, "(parent + 1, parent + 2)"),
     ("tree_broadcast", 2, "child <= num_nodes"),
-    ("tree_broadcast", 3, "level"),  # counts the last, empty round too
-    ("alltoall", 1, "(r + 1) % N"),
-    ("alltoall", 2, "blocks[dst][r]"),
-    ("alltoall", 3, "received[r][dst]"),
+    ("tree_broadcast", 3, "not parent"),  # passed by coincidence in the old loop
+    ("alltoall", 1, "blocks[dst][r]"),
+    ("alltoall", 2, "(r + k) % N"),  # a valid schedule, but not the one on the wire
     ("hello_allreduce", 1, '"nccl"'),
     ("hello_allreduce", 2, "dist.ReduceOp.MAX"),
     ("hello_allreduce", 3, "get_rank"),  # no barrier
-    ("ring_allreduce_p2p", 1, "(rank - 1) % N"),  # a ring that hangs
-    ("ring_allreduce_p2p", 2, "(rank + 1) % N"),
-    ("ring_allreduce_p2p", 3, "(rank + step) % N"),
-    ("ring_allreduce_p2p", 4, "(rank - step) % N"),
-    ("ring_allreduce_p2p", 5, "copy_"),  # overwrite instead of add
+    ("ring_allreduce_p2p", 1, "(rank + step) % N"),
+    ("ring_allreduce_p2p", 2, "(rank - step + 1) % N"),
+    ("ring_allreduce_p2p", 3, "send"),  # every rank blocks in its send: a deadlock
+    ("ring_allreduce_p2p", 4, "copy_"),  # overwrite instead of add
+    ("ring_allreduce_p2p", 5, "outgoing"),  # receive into the chunk being sent
 ]
 
 
@@ -190,7 +195,7 @@ def solved_cells(edit=None) -> list[str]:
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
     ("ring_allreduce_uneven", 1, "(i - step) % N"),  # the judge patches in a correct chunk_bounds
-    ("ring_allreduce_p2p", 1, "(rank - 1) % N"),  # on ranks in the judge's runner; it hangs
+    ("ring_allreduce_p2p", 3, "send"),  # on ranks in the judge's runner; it hangs
 ])
 def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):
     """Graded by the judge (the learner's code in a separate runner process, only plain values
@@ -217,10 +222,40 @@ def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong
 
 
 def test_a_hanging_ring_fails_in_seconds_and_says_it_hung():
-    """Does a ring that deadlocks (wrong neighbour) fail on the ranks' own short timeout (not
-    the launcher's long one), saying that a rank waited for a message that never came?"""
-    complaint = fails("ring_allreduce_p2p", variant("ring_allreduce_p2p", 1, "(rank - 1) % N"))
+    """Does a ring that deadlocks (every rank first blocks in a send) fail on the ranks' own
+    short timeout (not the launcher's long one), saying that a rank waited for a message that
+    never came?"""
+    complaint = fails("ring_allreduce_p2p", variant("ring_allreduce_p2p", 3, "send"))
     assert "never came" in complaint, complaint
+
+
+def cell_function(source: str, name: str):
+    """Function `name` defined by `source` as a notebook cell defines it (shipped to the ranks
+    by value), over the notebook's reference definitions and imports."""
+    namespace = dict(vars(reference.module(ASSIGNMENT)))
+    namespace["__name__"] = "__main__"
+    exec(compile(source, f"<cell-{name}>", "exec"), namespace)
+    return namespace[name]
+
+
+@pytest.mark.parametrize("call", ["dist.all_reduce(tensor)",
+                                  "dist.distributed_c10d.all_reduce(tensor)"])
+def test_a_ring_that_calls_the_library_collective_fails(call):
+    """Does a ring_allreduce_p2p that hands the work to the library's all_reduce (whatever name
+    it calls it by) fail, saying which collective it called instead of building the ring?"""
+    fn = cell_function(f"""
+def ring_allreduce_p2p(rank, world_size, tensor, op="sum"):
+    {call}
+    return tensor / world_size if op == "mean" else tensor
+""", "ring_allreduce_p2p")
+    complaint = fails("ring_allreduce_p2p", fn)
+    assert "called dist.all_reduce" in complaint, complaint
+    assert "isend and recv" in complaint
+
+
+def test_monitored_barrier_counts_as_the_barrier():
+    """Does `dist.monitored_barrier()`, a valid gloo barrier, earn the barrier blank?"""
+    assert fails("hello_allreduce", variant("hello_allreduce", 3, "monitored_barrier")) == ""
 
 
 def test_a_broken_chunk_bounds_does_not_cost_the_exercises_that_use_it():
@@ -317,3 +352,93 @@ def test_pictures_in_a_notebook_are_shown_once_and_described_in_words():
     assert alts[0].startswith("Binary-tree broadcast from rank 0 to 4 ranks")
     assert "last rank receives in step 2" in alts[0]
     assert alts[1].startswith("Ring AllReduce over 2 GPUs after step 1 of 2")
+
+
+# ---------------------------------------------------------------- blanks that teach
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def test_no_formula_answer_is_spelled_out_nearby():
+    """Is no blank's answer that is a formula (spaces ignored) written in the notebook's
+    markdown, in the released cell around it (code, hints, docstring), or in the picture
+    module a learner can read with `show_ring??`?"""
+    import inspect
+
+    from autograder import solved
+    from distlab import collectives as plots
+
+    nb = solved.load(ASSIGNMENT)
+    markdown = _squash("\n".join(c.source for c in nb.cells if c.cell_type == "markdown"))
+    pictures = _squash(inspect.getsource(plots))
+    assert "%n" not in pictures.lower(), "the pictures compute a ring index formula"
+    checked = 0
+    for cell, blanks in solved.solution_cells(ASSIGNMENT):
+        template = _squash(blank_source(cell.source)[0])
+        for blank in blanks:
+            answer = _squash(blank.answer)
+            if not re.search(r"[-+*%/]", answer):
+                continue  # an API name or a variable: shown first on purpose
+            checked += 1
+            for where, text in (("markdown", markdown), ("the released cell", template),
+                                ("distlab.collectives", pictures)):
+                assert answer not in text, f"{blank.answer!r} is spelled out in {where}"
+    assert checked >= 12
+
+
+def test_pictures_come_before_their_exercise_and_run_unsolved():
+    """Do the ring and tree pictures come before the exercises they explain, and do they run in
+    the released notebook before any blank is filled (they never call the learner's code)?"""
+    from autograder import solved
+
+    cells = solved.load(ASSIGNMENT).cells
+    grade_ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in cells]
+    for picture, exercise in (("show_ring(", "ring_allreduce"), ("show_tree(", "tree_broadcast")):
+        first = next(i for i, c in enumerate(cells)
+                     if c.cell_type == "code" and c.source.startswith(picture))
+        assert first < grade_ids.index(exercise), f"{picture} comes after {exercise}"
+
+    released = nbformat.read(RELEASED, as_version=4)
+    namespace = {"__name__": "__main__"}
+    code = [c for c in released.cells if c.cell_type == "code"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for cell in code[:2]:  # the imports, then the ring picture
+            exec(compile(cell.source, "<released>", "exec"), namespace)
+    assert code[1].source.startswith("show_ring(")
+    plots_module = namespace["show_ring"].__module__
+    assert plots_module == "distlab.collectives"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_torchrun_script_in_the_notebook_runs(tmp_path):
+    """Does the notebook's torchrun script, next to a hello.py holding hello_allreduce, run on
+    2 ranks started by torchrun (rendezvous and ranks from the environment) and all-reduce?"""
+    from autograder import solved
+
+    nb = solved.load(ASSIGNMENT)
+    (text,) = [c.source for c in nb.cells if c.cell_type == "markdown" and "torchrun" in c.source
+               and "```python" in c.source]
+    script = re.search(r"```python\n(.*?)```", text, re.S)[1]
+    command = re.search(r"```bash\n(.*?)```", text, re.S)[1].split()
+    assert command[:3] == ["torchrun", "--nproc-per-node", "4"], command
+    (tmp_path / command[-1]).write_text(script)
+    _, cell, _ = reference.locate("hello_allreduce")
+    (tmp_path / "hello.py").write_text("import torch\nimport torch.distributed as dist\n\n\n"
+                                       + cell.source + "\n")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT",
+                                                            "RANK", "WORLD_SIZE")}
+    done = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port",
+                           str(_free_port()), command[-1]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("after all_reduce:  3.0") == 2, done.stdout
+    assert "every rank is past the barrier" in done.stdout

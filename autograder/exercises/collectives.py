@@ -5,11 +5,14 @@ compared here, never on the ranks, where under the judge the learner's code runs
 The real-rank tests run a harness of this module on the ranks (importable there, so it travels
 by reference; the learner's function travels by value as its argument). The harness makes its
 own process group with a short timeout, so a ring that hangs fails one case in seconds and says
-which, instead of stalling the whole grade.
+which, instead of stalling the whole grade. Around the learner's ring it counts calls of the
+library collectives (dist.all_reduce, ...): a ring that hands its work to one fails, since that
+is the algorithm the exercise teaches; around hello_allreduce it counts barriers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import types
 
@@ -199,22 +202,49 @@ def alltoall(fn, rng):
 # ---------------------------------------------------------------- real ranks
 
 
+BARRIERS = ("barrier", "monitored_barrier")  # either one makes every rank wait for the others
+# The library collectives a hand-built ring replaces (by the names a learner can call them).
+LIBRARY_COLLECTIVES = ("all_reduce", "all_reduce_coalesced", "reduce", "reduce_scatter",
+                       "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
+                       "all_gather_coalesced", "broadcast", "all_to_all", "all_to_all_single",
+                       "gather", "scatter", "all_gather_object", "broadcast_object_list")
+
+
+@contextlib.contextmanager
+def _counting(names: tuple[str, ...]):
+    """Count calls of torch.distributed's `names` on this rank (as `dist.x` or through
+    `distributed_c10d`); the wrapped functions still do their work. Yields the list of the
+    names called, in order."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    calls, saved = [], []
+    for module in (dist, c10d):
+        for name in names:
+            real = getattr(module, name, None)
+            if real is None:
+                continue
+            saved.append((module, name, real))
+
+            def counted(*args, _name=name, _real=real, **kwargs):
+                calls.append(_name)
+                return _real(*args, **kwargs)
+
+            setattr(module, name, counted)
+    try:
+        yield calls
+    finally:
+        for module, name, real in saved:
+            setattr(module, name, real)
+
+
 def _hello_harness(rank, world_size, fn):
     """Run the learner's hello_allreduce: what it returned, whether it left its group open, and
-    how many times it waited at a barrier."""
+    how many times it waited at a barrier (dist.barrier or dist.monitored_barrier)."""
     import torch.distributed as dist
 
-    real, waits = dist.barrier, []
-
-    def barrier(*args, **kwargs):
-        waits.append(1)
-        return real(*args, **kwargs)
-
-    dist.barrier = barrier
-    try:
+    with _counting(BARRIERS) as waits:
         value = fn(rank, world_size)
-    finally:
-        dist.barrier = real
     return value, dist.is_initialized(), len(waits)
 
 
@@ -240,20 +270,25 @@ def hello_allreduce(fn, rng):
 
 def _p2p_harness(rank, world_size, fn, cases):
     """Each case: the learner's ring on this rank's tensor. Returns, per case, ("ok", output)
-    or (kind, text) with kind "raised" (fn raised), "stuck" (a wait timed out) or "broken" (the
-    group failed after another rank's error); stops at the first failure. The expected values
-    are computed by the test, outside the ranks: under the judge these run in the sandbox,
-    next to the learner's code, so nothing decided here can be trusted."""
+    or (kind, text) with kind "raised" (fn raised), "stuck" (a wait timed out), "broken" (the
+    group failed after another rank's error) or "library" (fn called a library collective);
+    stops at the first failure. The expected values are computed by the test, outside the
+    ranks: under the judge these run in the sandbox, next to the learner's code, so nothing
+    decided here can be trusted."""
     import torch
 
     results = []
     with short_group(rank, world_size):
         try:
             for tensors, op in cases:
-                try:
-                    out = fn(rank, world_size, tensors[rank].clone(), op=op)
-                except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                    results.append(rank_failure(err, "raised"))
+                with _counting(LIBRARY_COLLECTIVES) as called:
+                    try:
+                        out = fn(rank, world_size, tensors[rank].clone(), op=op)
+                    except Exception as err:  # noqa: BLE001 - reported as the case's failure
+                        results.append(rank_failure(err, "raised"))
+                        break
+                if called:
+                    results.append(("library", f"called dist.{called[0]}"))
                     break
                 if isinstance(out, torch.Tensor):
                     out = out.detach().clone()
@@ -308,6 +343,10 @@ def _p2p_verdict(n: int, specs: list, cases: list, results: list) -> None:
         case = (f"world_size={n}, length={length}{short}, op={op!r}, "
                 f"dtype={str(dtype).replace('torch.', '')}")
         entries = [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
+        for rank, (kind, text) in enumerate(entries):
+            if kind == "library":
+                raise AssertionError(f"{case}: rank {rank} {text}: build the ring from isend and "
+                                     "recv; the library collective is what it replaces")
         first_rank_failure(case, entries)
         expected = _exact_all_reduce(*cases[index])
         for rank, (_, out) in enumerate(entries):

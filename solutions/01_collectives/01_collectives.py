@@ -3,8 +3,11 @@
 #
 # In data-parallel training every worker computes a gradient on its own slice of the batch,
 # and before anyone takes an optimizer step all of them must hold the **same** gradient: the
-# sum (or the mean) of everybody's. The operation that does this is **AllReduce**, and the way
-# NCCL and gloo do it for large tensors is a **ring**.
+# sum (or the mean) of everybody's. The operation that does this is **AllReduce**. Libraries
+# know several algorithms for it and choose one per call: NCCL picks ring, tree, NVLS (the
+# reduction done inside the NVLink switches) or CollNet (done inside the network switches) by
+# message size and topology. The **ring** is the one to understand first: for a large tensor
+# it makes every GPU send less than twice the tensor, however many GPUs there are.
 #
 # **What you will build**
 #
@@ -12,18 +15,17 @@
 # 2. The same ring for any vector length (chunks whose sizes differ by at most one).
 # 3. The other collectives: ring AllGather, ring ReduceScatter, binary-tree Broadcast, AlltoAll.
 # 4. The real thing: a `torch.distributed` process group on 4 CPU ranks (gloo backend), an
-#    `all_reduce` and a `barrier`, then your own ring out of `send`/`recv`, checked against
+#    `all_reduce` and a `barrier`, then your own ring out of `isend`/`recv`, checked against
 #    `dist.all_reduce`.
 #
 # **How to use this notebook.** Code cells with `_____` are yours: replace each `_____` with
 # code (the comment after it, `# [n] ...`, is a hint for blank *n*). Run the cell, then run the
 # check cell below it: it prints a ✓ when your function works. The cell after that holds the
 # hidden tests that grade your work (press **Validate** in the toolbar to run them all). Run the
-# cells top to bottom; every other cell is locked.
+# cells top to bottom; every other cell is locked, and only the blanks are yours: a change
+# elsewhere in a function earns nothing.
 
 # %%
-import copy
-
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -34,28 +36,50 @@ from distlab.collectives import show_ring, show_tree
 # %% [markdown]
 # ## 1. Ring AllReduce, simulated
 #
-# Put the $N$ GPUs in a ring: GPU $i$ sends only to GPU $(i+1) \bmod N$ and receives only from
-# GPU $(i-1) \bmod N$. Cut every GPU's gradient into $N$ chunks. Then:
+# Put the $N$ GPUs in a ring: GPU 0 sends to GPU 1, GPU 1 to GPU 2, and so on, and the last GPU
+# sends back to GPU 0. Each GPU sends only to its right neighbour and receives only from its
+# left one. Cut every GPU's gradient into $N$ chunks, numbered $0, \dots, N-1$. Then:
 #
 # * **Scatter-reduce** ($N-1$ steps). At each step every GPU sends one chunk to its right
-#   neighbour, which **adds** it to its own copy of that chunk. A chunk travels around the ring
-#   picking up one more GPU's contribution per hop, so after $N-1$ hops one GPU holds its full
-#   sum. GPU $i$ starts by sending chunk $i$; whatever it received at one step it passes on at
-#   the next.
-# * **All-gather** ($N-1$ more steps). Each GPU now owns one finished chunk. The finished chunks
-#   travel around the ring the same way, and a GPU that receives one **overwrites** its copy
-#   (adding again would count contributions twice).
+#   neighbour, which **adds** it to its own copy of that chunk. In the first step GPU $i$ sends
+#   chunk $i$; from then on it passes on the chunk it has just received. So a chunk travels
+#   round the ring, picking up one more GPU's contribution per hop.
+# * **All-gather** ($N-1$ more steps). Each GPU now holds one finished chunk. In the first step
+#   every GPU sends the chunk it finished; from then on it passes on the chunk it has just
+#   received. A GPU that receives a finished chunk **overwrites** its copy (adding again would
+#   count contributions twice).
 #
 # ```
-#  scatter-reduce, step 0 (N = 4)          chunk c on GPU i after the step
+#  scatter-reduce, step 0 (N = 4)          after the step
 #     GPU0 --c0--> GPU1                    GPU1: c0 = g0[c0] + g1[c0]
 #     GPU1 --c1--> GPU2                    GPU2: c1 = g1[c1] + g2[c1]
 #     GPU2 --c2--> GPU3                    GPU3: c2 = g2[c2] + g3[c2]
 #     GPU3 --c3--> GPU0                    GPU0: c3 = g3[c3] + g0[c3]
 # ```
 #
-# All GPUs send at the same time, so a step must use what every GPU held at the *start* of the
-# step: the code below writes into a copy, `new_chunks`, and swaps it in after the step.
+# Move the slider. Left: who sends which chunk in this step (orange: scatter-reduce, green:
+# all-gather). Right: what every GPU holds; a cell's number is its current partial sum, its
+# colour how many GPUs' contributions it already contains, and the cells with a thick border
+# are the ones that change in this step. Watch one chunk travel the ring, growing by one
+# contribution per hop, then the finished chunks spreading.
+
+# %%
+show_ring([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]])
+
+# %% [markdown]
+# Two things to read off the picture before you write the code:
+#
+# * **Which chunk does GPU $i$ finish?** Chunk $j$ leaves GPU $j$ in step 0 and moves one GPU to
+#   the right per step. After $N-1$ hops it has been on every GPU once, so it is complete on the
+#   GPU just *left* of the one it started from: GPU $i$ finishes chunk $i+1$, and the last GPU
+#   finishes chunk 0. (After step 3 on the slider, GPU 0's darkest cell is c1.) That is the
+#   chunk GPU $i$ sends first in the all-gather.
+# * **No copy of the state.** All GPUs send at the same time, so a step must use what every GPU
+#   held at its start. But in every step a GPU sends a *different* chunk from the one it
+#   receives (it receives the one its left neighbour sends). Updating the lists in place, one
+#   GPU after the other, therefore never reads a value that the same step has already changed:
+#   the order of the loop over the GPUs does not matter. The same fact lets the real-rank
+#   version of section 5 receive straight into its own tensor.
 #
 # This first version requires the length to be a multiple of $N$ (section 2 lifts that). It
 # must *say* so rather than drop the leftover elements: a gradient with silently missing
@@ -78,27 +102,24 @@ def ring_allreduce(gpu_grads, op="mean"):
         raise ValueError(f"length {length} is not a multiple of {N} GPUs: this ring would "
                          "drop elements. Use ring_allreduce_uneven (section 2).")
     size = length // N
-    # chunks[i][j]: chunk j as GPU i holds it
+    # chunks[i][j]: chunk j as GPU i holds it (updated in place: see above)
     chunks = [[list(grads[j * size:(j + 1) * size]) for j in range(N)] for grads in gpu_grads]
+    right = [(i + 1) % N for i in range(N)]  # BLANK `(i + 1) % N` GPU i's right neighbour, round the ring
 
     # Scatter-reduce: N-1 steps; every GPU sends one chunk right, the receiver adds it in.
     for step in range(N - 1):
-        new_chunks = copy.deepcopy(chunks)
         for i in range(N):
-            send_chunk_idx = (i - step) % N  # BLANK chunk i first, then what arrived last step
-            recv_gpu = (i + 1) % N  # BLANK the next GPU round the ring
+            recv_gpu = right[i]
+            send_chunk_idx = (i - step) % N  # BLANK chunk i first, then the chunk that arrived in the step before # ACCEPT `i - step`
             for k in range(size):
-                new_chunks[recv_gpu][send_chunk_idx][k] = chunks[recv_gpu][send_chunk_idx][k] + chunks[i][send_chunk_idx][k]  # BLANK the receiver's value and the sender's
-        chunks = new_chunks
+                chunks[recv_gpu][send_chunk_idx][k] = chunks[recv_gpu][send_chunk_idx][k] + chunks[i][send_chunk_idx][k]  # BLANK what the receiver holds, and what arrives
 
     # All-gather: N-1 steps; every GPU passes a finished chunk right, the receiver overwrites.
     for step in range(N - 1):
-        new_chunks = copy.deepcopy(chunks)
         for i in range(N):
-            send_chunk_idx = (i - step + 1) % N  # BLANK first the chunk GPU i finished in scatter-reduce, then what arrived last step
-            recv_gpu = (i + 1) % N
-            new_chunks[recv_gpu][send_chunk_idx] = list(chunks[i][send_chunk_idx])  # BLANK the receiver gets its own copy of the sender's chunk
-        chunks = new_chunks
+            recv_gpu = right[i]
+            send_chunk_idx = (i - step + 1) % N  # BLANK first the chunk GPU i finished, then the chunk that arrived in the step before
+            chunks[recv_gpu][send_chunk_idx] = list(chunks[i][send_chunk_idx])  # BLANK the receiver's copy is replaced by the sender's # ACCEPT `chunks[i][send_chunk_idx]` `chunks[i][send_chunk_idx][:]` # REJECT `[a + b for a, b in zip(chunks[recv_gpu][send_chunk_idx], chunks[i][send_chunk_idx])]`
 
     result = [[value for chunk in gpu_chunks for value in chunk] for gpu_chunks in chunks]
     if op == "mean":
@@ -124,36 +145,36 @@ print("✓ every GPU holds the same mean (and the same sum): ring_allreduce work
 # %% tests="ring_allreduce_tests" points=5
 # Hidden tests (5 points): world sizes 1-8, random values, sum and mean.
 ### BEGIN HIDDEN TESTS
+# For instructors, how this exercise departs from seed 000's exercise 1 (its five blanks kept):
+# - Seed hints 1 and 4 were the answers (`(i - step) % N`, `(i - step + 1) % N`); they now
+#   say which chunk in words, and "GPU i finishes chunk i+1" is taught (and drawn) above.
+# - Seed blank 2 (`recv_gpu`, "the next GPU") had an unblanked twin `recv_gpu = (i + 1) % N`
+#   in the all-gather loop: the neighbour is now asked once, as the list `right` (blank [1]).
+# - The seed's `new_chunks = copy.deepcopy(chunks)` per step is dropped: a GPU never sends the
+#   chunk it receives in the same step, so in-place updates are right (said in the markdown).
+# - Seed hint 5 ("replace with the sender's chunk") kept as overwrite-not-add; the `list(...)`
+#   copy is accepted either way (it is not observable in this simulation).
+# - The seed drops the last length % N elements; this version raises ValueError instead.
+# - The slider picture comes before the exercise (seed: none).
 from autograder.grade_cell import grade
 grade(ring_allreduce)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ### The ring, step by step
-#
-# Move the slider. Left: who sends which chunk in this step (orange: scatter-reduce, green:
-# all-gather). Right: what every GPU holds; a cell's number is its current partial sum, its
-# colour how many GPUs' contributions it already contains, and the cells with a thick border
-# are the ones that change in this step. Watch one chunk travel the ring, growing by one
-# contribution per hop, then the finished chunks spreading.
-
-# %%
-show_ring(gpu_grads)
-
-# %% [markdown]
 # ## 2. Any length: chunks that differ by at most one
 #
 # Gradients are rarely a multiple of the world size. The usual fix (`numpy.array_split`,
-# `torch.tensor_split`) cuts a length-$L$ vector into $N$ chunks of $\lfloor L/N \rfloor$
-# elements and gives the first $L \bmod N$ chunks one element more. Length 10 on 4 GPUs:
-# sizes 3, 3, 2, 2, so the bounds are `[(0, 3), (3, 6), (6, 8), (8, 10)]`. When $L < N$ some
-# chunks are empty, and the ring still works: an empty chunk is sent and added like any other.
+# `torch.tensor_split`) cuts as evenly as it can: chunk sizes differ by at most one, and the
+# larger chunks come first. Length 10 on 4 GPUs gives sizes 3, 3, 2, 2, so the bounds are
+# `[(0, 3), (3, 6), (6, 8), (8, 10)]`; length 2 on 4 GPUs gives sizes 1, 1, 0, 0. When $L < N$
+# some chunks are empty, and the ring still works: an empty chunk is sent and added like any
+# other.
 
 # %% solution="chunk_bounds"
 def chunk_bounds(length, n):
     """(start, end) of each of n chunks of range(length); sizes differ by at most one,
     the larger chunks first."""
-    base, extra = divmod(length, n)  # BLANK the size of the small chunks, and how many chunks get one more
+    base, extra = divmod(length, n)  # BLANK the size of the small chunks, and how many chunks are one longer
     bounds, start = [], 0
     for j in range(n):
         end = start + base + (1 if j < extra else 0)  # BLANK where does chunk j end? (the larger chunks come first)
@@ -174,6 +195,8 @@ print("✓ chunk_bounds cuts like numpy.array_split")
 # %% tests="chunk_bounds_tests" points=3
 # Hidden tests (3 points): lengths 0-60, 1-9 chunks.
 ### BEGIN HIDDEN TESTS
+# For instructors: chunk_bounds is not in the seeds (seed 000 drops the remainder). The text
+# above no longer spells out blank [1] (it said "L // N elements, the first L mod N one more").
 from autograder.grade_cell import grade
 grade(chunk_bounds)
 ### END HIDDEN TESTS
@@ -181,9 +204,10 @@ grade(chunk_bounds)
 # %% [markdown]
 # Now the ring for any length. This time write it as each **receiver** sees it, which is how
 # code running on one rank must see it: at step $s$, GPU $i$ gets a chunk from its left
-# neighbour $i-1$. Which chunk? The one GPU $i-1$ sends at step $s$, by the rule of section 1.
+# neighbour `left`. Which chunk? The one `left` sends at step $s$, by the rules of section 1.
 # Each GPU's whole vector lives in one buffer `data[i]`, and chunk $j$ is the slice
-# `data[i][lo:hi]` with `(lo, hi) = bounds[j]`.
+# `data[i][lo:hi]` with `(lo, hi) = bounds[j]`. As in section 1 the buffers change in place:
+# the chunk GPU $i$ reads from `left` is not the one `left` receives in the same step.
 
 # %% solution="ring_allreduce_uneven"
 def ring_allreduce_uneven(gpu_grads, op="mean"):
@@ -194,21 +218,19 @@ def ring_allreduce_uneven(gpu_grads, op="mean"):
     bounds = chunk_bounds(len(gpu_grads[0]), N)
     data = [list(grads) for grads in gpu_grads]  # data[i]: GPU i's buffer, reduced in place
 
-    # Scatter-reduce. `sent` is what every GPU sends in this step (a slice of a list is a
-    # copy, so it keeps the values from the start of the step).
+    # Scatter-reduce, as GPU i sees it: a chunk arrives from the left and is added in.
     for step in range(N - 1):
-        sent = [data[i][slice(*bounds[(i - step) % N])] for i in range(N)]
         for i in range(N):
-            lo, hi = bounds[(i - step - 1) % N]  # BLANK `(i - step - 1) % N` which chunk does GPU i-1 send in this step?
-            incoming = sent[(i - 1) % N]  # BLANK `(i - 1) % N` who sends to GPU i?
-            data[i][lo:hi] = [mine + theirs for mine, theirs in zip(data[i][lo:hi], incoming)]
+            left = (i - 1) % N
+            lo, hi = bounds[(i - step - 1) % N]  # BLANK `(i - step - 1) % N` which chunk does GPU left send in this step? # ACCEPT `i - step - 1` `(left - step) % N` `left - step`
+            data[i][lo:hi] = [mine + theirs for mine, theirs in zip(data[i][lo:hi], data[left][lo:hi])]
 
-    # All-gather: every GPU forwards a finished chunk; the receiver overwrites its copy.
+    # All-gather, as GPU i sees it: a finished chunk arrives from the left and replaces its copy.
     for step in range(N - 1):
-        sent = [data[i][slice(*bounds[(i - step + 1) % N])] for i in range(N)]
         for i in range(N):
-            lo, hi = bounds[(i - step) % N]  # BLANK `(i - step) % N` which finished chunk arrives at GPU i in this step?
-            data[i][lo:hi] = sent[(i - 1) % N]
+            left = (i - 1) % N
+            lo, hi = bounds[(i - step) % N]  # BLANK `(i - step) % N` which finished chunk does GPU left pass on in this step? # ACCEPT `i - step` `(left - step + 1) % N`
+            data[i][lo:hi] = data[left][lo:hi]
 
     if op == "mean":
         data = [[value / N for value in row] for row in data]
@@ -229,9 +251,11 @@ for N in range(1, 6):
                     f"expected {expected.tolist()}")
 print("✓ ring_allreduce_uneven is right for every length from 0 to 3N, N = 1..5")
 
-# %% tests="ring_allreduce_uneven_tests" points=3
-# Hidden tests (3 points): world sizes 1-8, lengths 0-3N (so also shorter than N), sum and mean.
+# %% tests="ring_allreduce_uneven_tests" points=2
+# Hidden tests (2 points): world sizes 1-8, lengths 0-3N (so also shorter than N), sum and mean.
 ### BEGIN HIDDEN TESTS
+# For instructors: seed 000 has no uneven ring. The neighbour (`left`) is given here, not asked
+# again; the two blanks are the receiver's view of each phase, the idea this section adds.
 from autograder.grade_cell import grade
 grade(ring_allreduce_uneven)
 ### END HIDDEN TESTS
@@ -266,10 +290,10 @@ def ring_allgather(shards):
     for r in range(N):
         slots[r][r] = list(shards[r])
     for step in range(N - 1):
-        sent = [slots[r][(r - step) % N] for r in range(N)]  # BLANK `(r - step) % N` which shard does rank r forward in this step?
+        sent = [slots[r][(r - step) % N] for r in range(N)]  # BLANK `(r - step) % N` which shard does rank r forward in this step? # ACCEPT `r - step`
         for r in range(N):
-            sender = (r - 1) % N  # BLANK who sends to rank r?
-            slots[r][(r - step - 1) % N] = list(sent[sender])  # BLANK `(r - step - 1) % N` which shard has arrived?
+            left = (r - 1) % N
+            slots[r][(r - step - 1) % N] = list(sent[left])  # BLANK `(r - step - 1) % N` which shard is it? # ACCEPT `r - step - 1` `(left - step) % N` `left - step`
     return [[value for shard in slots[r] for value in shard] for r in range(N)]
 
 
@@ -282,9 +306,11 @@ for r, full in enumerate(gathered):
 assert ring_allgather([[7.0]]) == [[7.0]], "one rank: nothing to send"
 print("✓ every rank gathered every shard, in rank order")
 
-# %% tests="ring_allgather_tests" points=3
-# Hidden tests (3 points): world sizes 1-8, shards of random (also empty) lengths.
+# %% tests="ring_allgather_tests" points=2
+# Hidden tests (2 points): world sizes 1-8, shards of random (also empty) lengths.
 ### BEGIN HIDDEN TESTS
+# For instructors, from seed 003 §2: the seed's "node r holds the data of rank r - step"
+# comment was the answer; the sender (`left`) is given, not asked a third time.
 from autograder.grade_cell import grade
 grade(ring_allgather)
 ### END HIDDEN TESTS
@@ -293,10 +319,9 @@ grade(ring_allgather)
 # ### 3b. Ring ReduceScatter
 #
 # ReduceScatter is the scatter-reduce phase alone, with a **convention**: rank $r$ ends with
-# chunk $r$ of the reduced vector (chunks cut by `chunk_bounds`). Careful: in your AllReduce,
-# rank $r$ sends chunk $r$ first; after $N-1$ hops that chunk is complete on rank $r-1$, so
-# rank $r$ ends up holding chunk $r+1$. A chunk always finishes one rank *before* the rank it
-# started on. Shift the schedule so that every chunk finishes on its owner.
+# chunk $r$ of the reduced vector (chunks cut by `chunk_bounds`). In your AllReduce a chunk
+# finishes one rank *before* the rank it started on (GPU $i$ finished chunk $i+1$). Shift the
+# schedule so that every chunk finishes on its owner: which chunk must rank $r$ send first?
 
 # %% solution="ring_reduce_scatter"
 def ring_reduce_scatter(vectors, op="sum"):
@@ -308,10 +333,11 @@ def ring_reduce_scatter(vectors, op="sum"):
     bounds = chunk_bounds(len(vectors[0]), N)
     data = [list(vector) for vector in vectors]
     for step in range(N - 1):
-        sent = [data[r][slice(*bounds[(r - step - 1) % N])] for r in range(N)]  # BLANK `(r - step - 1) % N` which chunk must start here to finish on its owner? (then: what arrived)
+        sent = [data[r][slice(*bounds[(r - step - 1) % N])] for r in range(N)]  # BLANK `(r - step - 1) % N` which chunk must start here to finish on its owner? (then: what arrived) # ACCEPT `r - step - 1`
         for r in range(N):
-            lo, hi = bounds[(r - step - 2) % N]  # BLANK `(r - step - 2) % N` which chunk does rank r-1 send in this step?
-            data[r][lo:hi] = [mine + theirs for mine, theirs in zip(data[r][lo:hi], sent[(r - 1) % N])]
+            left = (r - 1) % N
+            lo, hi = bounds[(r - step - 2) % N]  # BLANK `(r - step - 2) % N` which chunk does rank left send in this step? # ACCEPT `r - step - 2` `(left - step - 1) % N` `left - step - 1`
+            data[r][lo:hi] = [mine + theirs for mine, theirs in zip(data[r][lo:hi], sent[left])]
     shards = [data[r][slice(*bounds[r])] for r in range(N)]  # BLANK `bounds[r]` which part of its buffer does rank r keep?
     if op == "mean":
         shards = [[value / N for value in shard] for shard in shards]
@@ -330,6 +356,9 @@ print("✓ rank r holds chunk r of the sum, and all-gathering the shards gives t
 # %% tests="ring_reduce_scatter_tests" points=3
 # Hidden tests (3 points): world sizes 1-8, lengths 0-3N, sum and mean.
 ### BEGIN HIDDEN TESTS
+# For instructors, from seed 003 §3: the seed keeps chunk r on rank r with the all-reduce's
+# unshifted schedule, which leaves rank r with chunk r+1 complete; here the shift is the blank.
+# Its neighbour (`left`) is given, not asked again.
 from autograder.grade_cell import grade
 grade(ring_reduce_scatter)
 ### END HIDDEN TESTS
@@ -338,31 +367,47 @@ grade(ring_reduce_scatter)
 # ### 3c. Binary-tree Broadcast
 #
 # The root (rank 0) has the data; everyone needs it. Sending it to each rank in turn takes
-# $N-1$ steps. Arrange the ranks in a binary tree instead: rank $i$'s children are $2i+1$ and
-# $2i+2$, its parent $\lfloor (i-1)/2 \rfloor$. In each step, every rank that received the data
-# in the previous step passes it to its children (both at once: a rank can send on two links).
-# A tree of $N$ ranks has $\lceil \log_2(N+1) \rceil$ levels, so the broadcast takes one step
-# per level below the root: $\lceil \log_2(N+1) \rceil - 1 = \lfloor \log_2 N \rfloor$ steps
-# (3 steps for 8 ranks instead of 7). Return the number of steps too.
+# $N-1$ steps. Arrange the ranks in a binary tree instead, numbered level by level from the
+# left: the root 0; below it 1 and 2; below those 3, 4, 5, 6; and so on (the picture below has
+# 10 ranks). In each step, every rank that received the data in the previous step passes it to
+# its children, to both at once: we assume a rank can send on two links at the same time.
+
+# %%
+show_tree(10)
+
+# %% [markdown]
+# Each step fills one more level of the tree, so the broadcast takes one step per level below
+# the root: $\lfloor \log_2 N \rfloor$ steps (3 for 8 ranks, instead of 7). Return the number of
+# steps too: the rounds in which some rank received the data.
+#
+# **Two trees, two counts.** The binary tree drawn here needs a rank that can send to two
+# children *at once*. If a rank can send only one message per step (one link, or all its
+# bandwidth to one peer), the binary tree takes two steps per level, $2\lfloor \log_2 N \rfloor$
+# in all. The **binomial tree** is built for that case: in every step each rank that has the
+# data sends it to one rank that has not, so the number of ranks with the data doubles per
+# step, and $\lceil \log_2 N \rceil$ steps suffice (4 for 10 ranks; the binary tree above needs
+# 3 steps of two sends). Both exist because hardware differs in how many messages a node can
+# send at full speed at once.
 
 # %% solution="tree_broadcast"
 def tree_broadcast(data, num_nodes):
-    """Broadcast `data` from rank 0 down a binary tree. Returns (received, steps): received[i]
-    is rank i's copy, steps the number of communication steps."""
+    """Broadcast `data` from rank 0 down a binary tree, each rank sending to both its children
+    in one step. Returns (received, steps): received[i] is rank i's copy, steps the number of
+    communication steps."""
     received = [None] * num_nodes
     received[0] = list(data)
-    level, steps = [0], 0  # level: the ranks that got the data in the last step
-    while level:
-        next_level = []
-        for parent in level:
-            for child in (2 * parent + 1, 2 * parent + 2):  # BLANK `(2 * parent + 1, 2 * parent + 2)` the two children
+    senders, steps = [0], 0  # senders: the ranks that got the data in the last step
+    while True:
+        receivers = []
+        for parent in senders:
+            for child in (2 * parent + 1, 2 * parent + 2):  # BLANK `(2 * parent + 1, 2 * parent + 2)` the two children of rank parent # ACCEPT `(2 * parent + 2, 2 * parent + 1)` `[2 * parent + 1, 2 * parent + 2]`
                 if child < num_nodes:  # BLANK is there such a rank?
                     received[child] = list(received[parent])
-                    next_level.append(child)
-        if next_level:  # BLANK when does this round count as a step?
-            steps += 1
-        level = next_level
-    return received, steps
+                    receivers.append(child)
+        if not receivers:  # BLANK when is the broadcast over?
+            return received, steps
+        steps += 1
+        senders = receivers
 
 
 # %%
@@ -370,31 +415,38 @@ received, steps = tree_broadcast([3.14, 2.72], 8)
 assert received == [[3.14, 2.72]] * 8, received
 assert steps == 3, f"8 ranks: expected 3 steps (levels 1, 2, 3 below the root), got {steps}"
 for n in (1, 2, 3, 4, 7, 16, 100):
-    assert tree_broadcast([0], n)[1] == int(np.ceil(np.log2(n + 1))) - 1, n
+    assert tree_broadcast([0], n)[1] == int(np.floor(np.log2(n))), n
 print("✓ everyone has the data after", steps, "steps for 8 ranks")
 
 # %% tests="tree_broadcast_tests" points=3
-# Hidden tests (3 points): 1-40 ranks, random data; every rank's copy and the step count.
+# Hidden tests (3 points): 1-40 ranks, random data; every rank's copy and the step count
+# (floor(log2 N): the binary tree drawn above, two sends per step).
 ### BEGIN HIDDEN TESTS
+# For instructors, from seed 003 §4: the seed's children 2i+1, 2i+2 were spelled out in the
+# text; the picture now shows the numbering instead. The seed says ceil(log2 N) steps, which
+# is the binomial tree's count (one send per step); the binary tree with two sends per step,
+# drawn and tested here, takes floor(log2 N): the text says which and why both exist. The step
+# count is now the loop's end condition (the old `if next_level:` blank let `if parent:` pass).
 from autograder.grade_cell import grade
 grade(tree_broadcast)
 ### END HIDDEN TESTS
-
-# %% [markdown]
-# Rank $i$ is coloured by the step in which it receives the data:
-
-# %%
-show_tree(10)
 
 # %% [markdown]
 # ### 3d. AlltoAll
 #
 # Every rank has a block for every rank: `blocks[r][c]` must go from rank $r$ to rank $c$, and
 # rank $c$ files it as `received[c][r]` (so `received` is the transpose of `blocks`). This is
-# how mixture-of-experts layers send tokens to the rank that holds their expert. A schedule
-# without collisions: in round $k = 1, \dots, N-1$ every rank sends to the rank $k$ places to
-# its right (and so receives from the rank $k$ places to its left); the block for itself never
-# leaves home.
+# how mixture-of-experts layers send tokens to the rank that holds their expert. The block for
+# itself never leaves home; the others travel in $N-1$ rounds: in round $k = 1, \dots, N-1$
+# every rank sends to the rank $k$ places to its right. In every round each rank then sends one
+# block and receives one, so on a **switch** (each rank has its own full-duplex port, and any
+# two ranks talk without sharing a link) no two messages of a round collide. On the **ring** of
+# section 1 this schedule is not collision-free: a block going $k$ places crosses $k$ links, so
+# in round $k$ every link carries $k$ blocks at once.
+#
+# The simulation keeps the messages of a round in `wire`, keyed by (sender, receiver). A rank
+# can take only a message sent to it, and must say whom it is from, as `dist.recv(..., src=)`
+# must on real ranks.
 
 # %% solution="alltoall"
 def alltoall(blocks):
@@ -403,11 +455,14 @@ def alltoall(blocks):
     received = [[None] * N for _ in range(N)]
     for r in range(N):
         received[r][r] = list(blocks[r][r])  # its own block stays home
-    for k in range(1, N):  # round k: everyone sends k places to the right
+    for k in range(1, N):
+        wire = {}  # (sender, receiver) -> block: the messages of round k
         for r in range(N):
-            dst = (r + k) % N  # BLANK k places to the right of r
-            block = blocks[r][dst]  # BLANK which of rank r's blocks is meant for dst?
-            received[dst][r] = list(block)  # BLANK `dst` whose row files the block from r?
+            dst = (r + k) % N  # round k: k places to the right
+            wire[r, dst] = blocks[r][dst]  # BLANK which of rank r's blocks is meant for dst?
+        for r in range(N):
+            src = (r - k) % N  # BLANK who sent rank r a block in this round?
+            received[r][src] = list(wire[src, r])
     return received
 
 
@@ -419,9 +474,13 @@ for c in range(3):
 assert received == [[blocks[r][c] for r in range(3)] for c in range(3)], received
 print("✓ received is the transpose of blocks")
 
-# %% tests="alltoall_tests" points=3
-# Hidden tests (3 points): world sizes 1-8, blocks of random (also empty) lengths.
+# %% tests="alltoall_tests" points=2
+# Hidden tests (2 points): world sizes 1-8, blocks of random (also empty) lengths.
 ### BEGIN HIDDEN TESTS
+# For instructors, from seed 003 §5: the seed's direct transpose and its unfinished ring
+# version become the shift schedule above. Asking for the schedule itself taught nothing
+# testable (`(r - k) % N` is as valid as `(r + k) % N`); the sender `dst` is given, and the
+# blank is the receiver's side, which a wrong answer cannot pass (no message is on the wire).
 from autograder.grade_cell import grade
 grade(alltoall)
 ### END HIDDEN TESTS
@@ -435,7 +494,8 @@ grade(alltoall)
 # | --- | --- | --- |
 # | ring AllReduce | $2\,\frac{N-1}{N}\,S$ | $2(N-1)$ |
 # | ring ReduceScatter, ring AllGather | $\frac{N-1}{N}\,S$ | $N-1$ |
-# | tree Broadcast | up to $2S$ (an inner node, to two children) | $\lfloor \log_2 N \rfloor$ |
+# | binary-tree Broadcast (two sends per step) | up to $2S$ (an inner node, to two children) | $\lfloor \log_2 N \rfloor$ |
+# | binomial-tree Broadcast (one send per step) | up to $\lceil \log_2 N \rceil\,S$ (the root) | $\lceil \log_2 N \rceil$ |
 # | AlltoAll | $\frac{N-1}{N}\,S$ | $N-1$ |
 #
 # The ring AllReduce's $2\frac{N-1}{N}S$ hardly grows with $N$: it is below $2S$ for any number
@@ -448,28 +508,34 @@ grade(alltoall)
 #
 # Enough simulation. `torch.distributed` runs one **process** per rank; the processes find each
 # other through a rendezvous address (`MASTER_ADDR`, `MASTER_PORT`) and form a **process
-# group**. The **backend** moves the bytes: NCCL between GPUs, **gloo** between CPUs, which is
-# what we have here.
+# group**: `dist.init_process_group(backend=..., rank=..., world_size=...)` joins it and
+# `dist.destroy_process_group()` leaves it. The **backend** moves the bytes: NCCL between GPUs,
+# **gloo** between CPUs, which is what we have here.
 #
-# `run(fn, *args, world_size=4, init_group=False)` (from `distlab`) starts `world_size`
+# `run(fn, *args, world_size=4, init_group=True)` (from `distlab`) starts `world_size`
 # processes, calls `fn(rank, world_size, *args)` in each, shows each rank's prints prefixed
-# with `[rank r]`, and returns the list of per-rank return values. With `init_group=False`
-# your function sets up (and tears down) the process group itself; the rendezvous address is
-# already in the environment.
+# with `[rank r]`, and returns the list of per-rank return values. By default
+# (`init_group=True`) it sets up the process group before calling `fn`. Below we pass
+# `init_group=False`: your function joins (and leaves) the group itself; the rendezvous
+# address is already in the environment.
 #
-# Each rank starts with the tensor `[rank + 1]`; after a SUM all-reduce every rank holds
-# $1 + 2 + 3 + 4 = 10$. A **barrier** then makes every rank wait until all have reached it,
-# so none leaves (and tears down the group) while others still need it.
+# `dist.all_reduce(t, op=...)` replaces `t` on every rank by the reduction of every rank's
+# `t`; `op` is one of `dist.ReduceOp.SUM`, `dist.ReduceOp.PRODUCT`, `dist.ReduceOp.MIN`,
+# `dist.ReduceOp.MAX` (and `dist.ReduceOp.AVG`, on NCCL only). Each rank starts with the
+# tensor `[rank + 1]`; after the all-reduce every rank must hold $1 + 2 + 3 + 4 = 10$. A
+# **barrier** then makes every rank wait until all have reached it, so none leaves (and tears
+# down the group) while others still need it.
 
 # %% solution="hello_allreduce"
 def hello_allreduce(rank, world_size):
-    """Join a gloo process group, all-reduce [rank + 1] (SUM), wait for everyone, leave."""
-    dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)  # BLANK `"gloo"` the backend that runs on CPUs
+    """Join the process group, combine every rank's rank + 1 into their total, and leave once
+    everyone is done. Returns the total."""
+    dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)  # BLANK `"gloo"` the backend that runs on CPUs # REJECT `"nccl"`
     x = torch.tensor([rank + 1.0])
     print(f"before all_reduce: {x.item()}")
     dist.all_reduce(x, op=dist.ReduceOp.SUM)  # BLANK `dist.ReduceOp.SUM` which reduction gives 1 + 2 + 3 + 4?
     print(f"after all_reduce:  {x.item()}")
-    dist.barrier()  # BLANK `barrier` the call that waits until every rank arrives
+    dist.barrier()  # BLANK `barrier` the call that waits until every rank arrives # ACCEPT `monitored_barrier`
     if rank == 0:
         print("every rank is past the barrier")
     dist.destroy_process_group()
@@ -483,32 +549,78 @@ assert values == [10.0] * 4, f"expected every rank to return 1 + 2 + 3 + 4 = 10,
 print("✓ four processes agreed on one sum")
 
 # %% tests="hello_allreduce_tests" points=3
-# Hidden tests (3 points): 1-4 ranks; the value each rank returns, and the group is closed.
+# Hidden tests (3 points): 1-4 ranks; the value each rank returns, a barrier, and the group is
+# closed.
 ### BEGIN HIDDEN TESTS
+# For instructors, from seed 003 §13: the seed's NCCL backend and `.cuda(rank)` become gloo on
+# CPU; its fixed MASTER_PORT 29500 comes from `run` (or torchrun, below); its mp.spawn
+# launcher is `run`. The docstring no longer names the answers (gloo, SUM, barrier), and
+# `dist.monitored_barrier()` counts as the barrier.
 from autograder.grade_cell import grade
 grade(hello_allreduce)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 5. Your ring over real ranks: `send` and `recv`
+# ### The same program outside a notebook: `torchrun`
+#
+# `run` is a notebook convenience. On a machine or a cluster you start one process per rank
+# with `torchrun`, which puts `MASTER_ADDR`, `MASTER_PORT`, `RANK` and `WORLD_SIZE` (and
+# `LOCAL_RANK`) into each process's environment; `init_process_group` reads the rendezvous
+# address from there. Save your `hello_allreduce`, with the imports it uses (`torch` and
+# `torch.distributed as dist`), as `hello.py`, and next to it this script, `hello_torchrun.py`:
+#
+# ```python
+# import os
+#
+# from hello import hello_allreduce
+#
+# # torchrun starts this script once per rank and tells each copy who it is
+# hello_allreduce(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+# ```
+#
+# Then start 4 ranks from a terminal (the lines of the 4 processes come out interleaved):
+#
+# ```bash
+# torchrun --nproc-per-node 4 hello_torchrun.py
+# ```
+#
+# ## 5. Your ring over real ranks: `isend` and `recv`
 #
 # Now write the ring as the code of **one** rank: it knows only its own `rank`, talks only to
 # its neighbours, and sends and receives real tensors with point-to-point calls:
 #
 # * `dist.recv(buf, src=left)` blocks until a tensor from rank `left` has arrived in `buf`;
-# * `req = dist.isend(t, dst=right)` *starts* sending and returns at once; `req.wait()` waits
-#   for the send to finish (don't touch `t` before).
+# * `dist.send(t, dst=right)` blocks too: with gloo, until `right` has received `t`;
+# * `request = dist.isend(t, dst=right)` *starts* sending and returns at once;
+#   `request.wait()` waits for that send to finish (don't touch `t` before).
 #
-# Why not a plain blocking `dist.send` first? If every rank sends first and nobody receives
-# yet, every rank can be stuck in its send forever: a **deadlock**. Posting the send
-# asynchronously, then receiving, then waiting, keeps the ring moving.
+# In a ring every rank sends and receives in every step. If every rank's first call blocks
+# until its neighbour receives, then every rank waits for a receive that nobody has posted: a
+# **deadlock** (with gloo the ranks hang, whatever the size). A call that does not block breaks
+# the cycle.
 #
 # The function reduces `tensor` **in place**, like `dist.all_reduce`, and returns it.
 # `torch.tensor_split(tensor, N)` cuts it exactly like your `chunk_bounds` and returns
-# **views**: adding into a chunk writes into `tensor` itself, with no copies. The scatter-reduce
-# receives into a spare buffer `inbox` (then adds it in); the all-gather receives straight into
-# the chunk, which overwrites it. For the mean, each rank divides only the chunk it finished,
-# before the all-gather shares it: $L/N$ divisions per rank instead of $L$.
+# **views**: writing into a chunk writes into `tensor` itself. PyTorch's methods whose name
+# ends in `_` work in place:
+#
+# ```python
+# t = torch.zeros(5)
+# a, b = torch.tensor_split(t, 2)    # views: a is t[0:3], b is t[3:5]
+# a.add_(torch.ones(3))              # t is now [1, 1, 1, 0, 0]
+# b.copy_(torch.tensor([7.0, 8.0]))  # t is now [1, 1, 1, 7, 8]
+# a.add(1)                           # a new tensor: t does not change
+# ```
+#
+# Number the steps straight through, $0, \dots, 2N-3$: scatter-reduce, then all-gather. The
+# all-gather's first step is step $N-1$, and the chunk a rank has just finished is exactly the
+# one your scatter-reduce rule of section 1 gives for step $N-1$. So one rule for the chunk a
+# rank sends, and one for the chunk that arrives, serve all $2(N-1)$ steps. What differs is
+# what becomes of an arriving chunk: in the scatter-reduce it lands in a spare buffer, `inbox`,
+# and is added to ours; in the all-gather it replaces ours, so it is received straight into
+# place (the chunk we send in that step is another one, as in section 1). For the mean, each
+# rank divides only the chunk it finished, before the all-gather shares it: $L/N$ divisions per
+# rank instead of $L$.
 #
 # From here on `run` sets up the process group before calling your function (its default,
 # `init_group=True`).
@@ -521,29 +633,22 @@ def ring_allreduce_p2p(rank, world_size, tensor, op="sum"):
         raise ValueError(f"op must be 'sum' or 'mean', not {op!r}")
     N = world_size
     chunks = torch.tensor_split(tensor, N)  # views of tensor; the first len % N are one longer
-    right = (rank + 1) % N  # BLANK the rank we send to
-    left = (rank - 1) % N  # BLANK the rank we receive from
-    inbox = torch.empty_like(chunks[0])  # chunk 0 is a largest chunk
+    right, left = (rank + 1) % N, (rank - 1) % N
+    inbox = torch.empty_like(chunks[0])  # room for a largest chunk
 
-    # Scatter-reduce: after N-1 steps this rank holds the full sum of chunk (rank + 1) % N.
-    for step in range(N - 1):
-        send = chunks[(rank - step) % N]  # BLANK `(rank - step) % N` which chunk do we pass on in this step?
-        recv = chunks[(rank - step - 1) % N]  # BLANK `(rank - step - 1) % N` which chunk does our left neighbour send?
-        request = dist.isend(send, dst=right)
-        incoming = inbox[: recv.numel()]
-        dist.recv(incoming, src=left)
-        recv.add_(incoming)  # BLANK `add_` combine what arrived with our own copy, in place
-        request.wait()
-
-    if op == "mean":
-        chunks[(rank + 1) % N].div_(N)  # the chunk this rank finished
-
-    # All-gather: receive each finished chunk straight into place (overwrite).
-    for step in range(N - 1):
-        send = chunks[(rank - step + 1) % N]
-        recv = chunks[(rank - step) % N]
-        request = dist.isend(send, dst=right)
-        dist.recv(recv, src=left)
+    # steps 0 .. N-2: scatter-reduce; steps N-1 .. 2N-3: all-gather
+    for step in range(2 * (N - 1)):
+        outgoing = chunks[(rank - step) % N]  # BLANK `(rank - step) % N` which chunk do we pass on in this step?
+        arriving = chunks[(rank - step - 1) % N]  # BLANK `(rank - step - 1) % N` which chunk does our left neighbour send?
+        request = dist.isend(outgoing, dst=right)  # BLANK `isend` start our send: which call does not block? # REJECT `send` `irecv`
+        if step < N - 1:  # scatter-reduce: add what arrives to our copy
+            incoming = inbox[: arriving.numel()]
+            dist.recv(incoming, src=left)
+            arriving.add_(incoming)  # BLANK `add_` combine it with our copy, in place # REJECT `copy_` `sub_`
+            if op == "mean" and step == N - 2:
+                arriving.div_(N)  # finished here: divide once, before the all-gather shares it
+        else:  # all-gather: a finished chunk arrives and replaces our copy
+            dist.recv(arriving, src=left)  # BLANK `arriving` where does it go? # REJECT `outgoing` `incoming` `inbox` `tensor`
         request.wait()
     return tensor
 
@@ -582,9 +687,15 @@ print("every rank:", results[0].tolist())
 assert all(torch.equal(t, 3 * torch.arange(5.0)) for t in results)
 
 # %% tests="ring_allreduce_p2p_tests" points=5
-# Hidden tests (5 points): world sizes 1 to 8, lengths also shorter than the world size,
-# sum and mean, float32 and float64, against dist.all_reduce.
+# Hidden tests (5 points): world sizes 1 to 8, lengths also shorter than the world size, sum
+# and mean, float32 and float64. Each rank's result is compared with the sum (or mean) of all
+# ranks' tensors computed in float64, outside the ranks; and the ring must be yours: a rank
+# that calls dist.all_reduce or another collective fails the test.
 ### BEGIN HIDDEN TESTS
+# For instructors, from seed 003 §1 (its send/recv version): the neighbours are given (asked
+# twice before); the blanks are the one-rank view of the chunk schedule, the call that does not
+# block (the deadlock), the in-place add, and receiving the all-gather in place. One step count
+# for both phases, so the schedule is asked once, not twice.
 from autograder.grade_cell import grade
 grade(ring_allreduce_p2p)
 ### END HIDDEN TESTS
@@ -592,10 +703,12 @@ grade(ring_allreduce_p2p)
 # %% [markdown]
 # ## Wrap-up
 #
-# * AllReduce = ReduceScatter + AllGather; on a ring each takes $N-1$ steps, and each rank sends
-#   $\frac{N-1}{N}S$ in each, whatever $N$ is.
+# * AllReduce = ReduceScatter + AllGather; on a ring each takes $N-1$ steps, and in each a rank
+#   sends $\frac{N-1}{N}S$: less than $S$, whatever $N$ is.
 # * Uneven lengths are no reason to drop data: chunks that differ by at most one element.
-# * A tree broadcast needs $\lfloor \log_2 N \rfloor$ steps; AlltoAll is a transpose.
+# * A binary-tree broadcast needs $\lfloor \log_2 N \rfloor$ steps when a rank sends to both
+#   children at once, a binomial tree $\lceil \log_2 N \rceil$ with one send per step;
+#   AlltoAll is a transpose, collision-free on a switch with the shift schedule.
 # * On real ranks the same ring is a few `isend`/`recv` calls on views of one tensor, and its
 #   answer matches `dist.all_reduce`.
 #

@@ -5,7 +5,10 @@
     show_tree(10)                      # ranks coloured by the step they receive in
 
 The ring is simulated here on its own (chunks cut like numpy.array_split), so the picture is
-right whatever state the learner's exercise is in.
+right whatever state the learner's exercise is in, and it never calls the learner's code. It
+follows the data, as the notebook tells the story, rather than index formulas: a GPU first
+sends its own-numbered chunk (then the one it has finished), and afterwards whatever it has
+just received. (The learner writes those formulas; `show_ring??` must not show them.)
 """
 
 from __future__ import annotations
@@ -34,27 +37,32 @@ class RingState:
 def ring_states(gpu_grads) -> list[RingState]:
     """The 2(N-1) + 1 states of a ring AllReduce (sum) of `gpu_grads`."""
     n = len(gpu_grads)
-    pieces = [[list(map(float, p)) for p in np.array_split(np.asarray(g, float), n)]
+    values = [[list(map(float, p)) for p in np.array_split(np.asarray(g, float), n)]
               for g in gpu_grads]
     counts = np.ones((n, n), dtype=int)
-    states = [RingState(0, "start", pieces, counts, [])]
-    for step in range(2 * (n - 1)):
-        reducing = step < n - 1
-        # sender i passes chunk (i - step) % n when reducing, (i - step + 1) % n when gathering
-        offset = step if reducing else step - (n - 1) - 1
-        sends = [(i, (i + 1) % n, (i - offset) % n) for i in range(n)]
-        old, old_counts = states[-1].values, states[-1].counts
-        values = [[list(chunk) for chunk in row] for row in old]
-        counts = old_counts.copy()
-        for src, dst, j in sends:
-            if reducing:
-                values[dst][j] = [a + b for a, b in zip(old[dst][j], old[src][j], strict=True)]
-                counts[dst, j] = old_counts[dst, j] + old_counts[src, j]
-            else:
-                values[dst][j] = list(old[src][j])
-                counts[dst, j] = old_counts[src, j]
-        phase = "scatter-reduce" if reducing else "all-gather"
-        states.append(RingState(step + 1, phase, values, counts, sends))
+    states = [RingState(0, "start", values, counts, [])]
+    gpus = list(range(n))
+    neighbour = dict(zip(gpus, gpus[1:] + gpus[:1], strict=True))  # the ring: each GPU's next
+    for phase in ("scatter-reduce", "all-gather"):
+        if phase == "scatter-reduce":
+            outgoing = dict(zip(gpus, gpus, strict=True))  # its own-numbered chunk first
+        else:  # the chunk it has finished: the one holding every GPU's contribution
+            outgoing = {i: int(np.argmax(counts[i])) for i in gpus}
+        for _ in range(n - 1):
+            values = [[list(chunk) for chunk in row] for row in values]
+            counts = counts.copy()
+            sends = [(i, neighbour[i], outgoing[i]) for i in gpus]
+            # in place: no GPU sends, in a step, the chunk it receives in that step
+            for src, dst, j in sends:
+                if phase == "scatter-reduce":
+                    values[dst][j] = [a + b for a, b in zip(values[dst][j], values[src][j],
+                                                            strict=True)]
+                    counts[dst, j] += counts[src, j]
+                else:
+                    values[dst][j] = list(values[src][j])
+                    counts[dst, j] = counts[src, j]
+            outgoing = {dst: j for _, dst, j in sends}  # next: pass on what just arrived
+            states.append(RingState(len(states), phase, values, counts, sends))
     return states
 
 
@@ -147,24 +155,36 @@ def show_ring(gpu_grads, step: int | None = None):
     return None
 
 
+def tree_edges(num_nodes: int) -> list[tuple[int, int]]:
+    """(parent, child) of the broadcast tree, built level by level: going through the ranks in
+    order, each takes the next two ranks that have no parent yet as its children."""
+    edges, unplaced = [], iter(range(1, num_nodes))
+    for parent in range(num_nodes):
+        edges += [(parent, child) for child in (next(unplaced, None), next(unplaced, None))
+                  if child is not None]
+    return edges
+
+
 def tree_levels(num_nodes: int) -> list[int]:
     """The step in which each rank receives in a binary-tree broadcast from rank 0."""
-    return [int(math.floor(math.log2(i + 1))) for i in range(num_nodes)]
+    levels = [0] * num_nodes
+    for parent, child in tree_edges(num_nodes):
+        levels[child] = levels[parent] + 1
+    return levels
 
 
 def show_tree(num_nodes: int):
-    """The broadcast tree (children of i: 2i+1, 2i+2), ranks coloured by receive step."""
+    """The broadcast tree, ranks numbered level by level and coloured by receive step."""
     levels = tree_levels(num_nodes)
     depth = max(levels)
     fig, ax = plt.subplots(figsize=(min(2 + num_nodes, 10), 1.2 + 1.1 * depth))
-    pos = {}
-    for i, level in enumerate(levels):
-        first = 2**level - 1  # ranks first..2*first are this level
-        pos[i] = ((i - first + 0.5) / 2**level, -level)
+    pos, seen = {}, [0] * (depth + 1)
+    for i, level in enumerate(levels):  # left to right within a level, 2**level slots
+        pos[i] = ((seen[level] + 0.5) / 2**level, -level)
+        seen[level] += 1
     cmap = plt.get_cmap("viridis", depth + 1)
-    for i in range(1, num_nodes):
-        parent = (i - 1) // 2
-        ax.plot(*zip(pos[parent], pos[i], strict=True), color="grey", zorder=1)
+    for parent, child in tree_edges(num_nodes):
+        ax.plot(*zip(pos[parent], pos[child], strict=True), color="grey", zorder=1)
     for i, (x, y) in pos.items():
         ax.scatter([x], [y], s=500, color=cmap(levels[i]), zorder=2)
         ax.text(x, y, str(i), ha="center", va="center", color="white", zorder=3)
@@ -175,6 +195,6 @@ def show_tree(num_nodes: int):
     ax.axis("off")
     ax.set_title(f"{num_nodes} ranks: {depth} steps (a linear broadcast needs "
                  f"{num_nodes - 1})")
-    _show(fig, f"Binary-tree broadcast from rank 0 to {num_nodes} ranks: rank i sends to "
-          f"ranks 2i+1 and 2i+2, and the last rank receives in step {depth} (a linear "
-          f"broadcast needs {num_nodes - 1}).")
+    _show(fig, f"Binary-tree broadcast from rank 0 to {num_nodes} ranks, numbered level by "
+          f"level: each rank sends to its two children in one step, and the last rank receives "
+          f"in step {depth} (a linear broadcast needs {num_nodes - 1}).")

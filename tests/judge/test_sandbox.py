@@ -456,7 +456,7 @@ def test_a_kernel_without_network_is_reached_over_ipc_and_sees_no_host_port(uid,
                  f"socket.socket().connect_ex(('127.0.0.1', {port})))))")
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)], metadata={
             "kernelspec": {"name": sandbox.KERNEL_NAME, "display_name": "sandboxed"}})
-        executor = CappedExecute(timeout=60, kernel_name=sandbox.KERNEL_NAME,
+        executor = CappedExecute(timeout=60, kernel_name=sandbox.KERNEL_NAME, sandboxed=False,
                                  sockets=sandbox.sockets_folder(uid), sockets_uid=uid)
         executor.preprocess(nb, {"metadata": {"path": str(ROOT)}})
     interfaces, refused = eval(nb.cells[0].outputs[0]["text"])

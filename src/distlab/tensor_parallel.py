@@ -1,0 +1,236 @@
+"""Pictures and a byte counter for notebook 04 (tensor parallelism).
+
+    show_split("column", world_size=4)   # nn.Linear's weight (out x in) cut: a colour per rank
+    show_split("row")                    # also "mlp", and "attention" (num_heads=...)
+
+    with count_collectives() as calls:   # on a rank: every collective the code inside calls
+        y = layer(x)
+        y.backward(grad)
+    print(format_calls(calls))           # per call: phase, tensor bytes, what a ring sends
+
+    show_comm_table(rows)                # a table of collectives per layer, as a figure
+
+Nothing here computes a parallel layer: the notebook's exercises do that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+# matplotlib is imported by the pictures only: the ranks import this module for
+# count_collectives, and a fresh set of ranks would pay seconds for matplotlib each time.
+
+# The bytes one rank sends in a ring implementation, as a fraction of S, the bytes of the whole
+# (reduced or gathered) tensor: a ReduceScatter or an AllGather passes N-1 chunks of S/N; an
+# AllReduce is both; in an AlltoAll a rank keeps 1/N of its input and sends the rest.
+RING_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_gather_single": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "reduce_scatter_single": lambda n: (n - 1) / n,
+    "all_to_all_single": lambda n: (n - 1) / n,
+}
+# which argument holds the whole tensor S: a tensor, or a list of the N pieces of it
+WHOLE = {"all_reduce": "tensor", "all_gather": "tensor_list", "all_gather_single": "output_tensor",
+         "reduce_scatter": "input_list", "reduce_scatter_single": "input",
+         "all_to_all_single": "input"}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective call on this rank."""
+
+    name: str  # "all_reduce", "all_gather", ...
+    shape: tuple  # of the whole tensor (the first piece's, times N, for a list)
+    nbytes: int  # S: bytes of the whole tensor
+    sent: float  # bytes this rank sends in a ring: RING_FACTOR[name](N) * S
+    world_size: int
+    backward: bool  # called while autograd ran a backward pass
+
+
+def _graph_task() -> int:
+    # -1 outside a backward pass; torch has no public way to ask, and this one is stable since 1.x
+    return getattr(torch._C, "_current_graph_task_id", lambda: -1)()
+
+
+def _whole(value) -> tuple[tuple, int]:
+    if isinstance(value, list | tuple):
+        first = value[0]
+        return (len(value), *first.shape), sum(t.nbytes for t in value)
+    return tuple(value.shape), value.nbytes
+
+
+@contextlib.contextmanager
+def count_collectives():
+    """Record every collective called through `torch.distributed.<name>` inside the block.
+
+    Yields the list that fills up with a `Call` per collective. Use it on a rank (inside the
+    function that `run` calls), where the process group exists."""
+    calls: list[Call] = []
+    originals = {name: getattr(dist, name) for name in RING_FACTOR}
+
+    def wrap(name, original):
+        signature = inspect.signature(original)
+
+        def counted(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            shape, nbytes = _whole(bound.arguments[WHOLE[name]])
+            n = dist.get_world_size(bound.arguments.get("group"))
+            calls.append(Call(name, shape, nbytes, RING_FACTOR[name](n) * nbytes, n,
+                              _graph_task() != -1))
+            return original(*args, **kwargs)
+
+        counted.__name__ = counted.__qualname__ = name
+        return counted
+
+    for name, original in originals.items():
+        setattr(dist, name, wrap(name, original))
+    try:
+        yield calls
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
+
+
+def format_calls(calls: list[Call]) -> str:
+    """One line per call, then the totals: what a reader compares with the formula."""
+    lines = [f"{'phase':<9}{'collective':<23}{'shape':<14}{'S (bytes)':>10}{'ring sends':>12}"]
+    for c in calls:
+        phase = "backward" if c.backward else "forward"
+        lines.append(f"{phase:<9}{c.name:<23}{'x'.join(map(str, c.shape)):<14}"
+                     f"{c.nbytes:>10}{c.sent:>12g}")
+    total = sum(c.sent for c in calls)
+    lines.append(f"{len(calls)} collective(s); every rank sends {total:g} bytes in all")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- pictures
+
+GREY = "#d9d9d9"
+
+
+def _colour(rank: int):
+    import matplotlib
+
+    return matplotlib.colormaps["tab10"](rank % 10)
+
+
+def _matrix(ax, left, rows, cols, name, split, n, caption="", labels=None):
+    """A rows x cols matrix whose top-left corner is at (left, 0); split: "rows" or "cols"
+    (band r is rank r's), "partial" (every rank holds a partial sum) or None (whole, replicated).
+    """
+    from matplotlib.patches import Rectangle
+
+    if split in ("rows", "cols"):
+        for r in range(n):
+            if split == "rows":
+                xy, w, h = (left, -(r + 1) * rows / n), cols, rows / n
+            else:
+                xy, w, h = (left + r * cols / n, -rows), cols / n, rows
+            ax.add_patch(Rectangle(xy, w, h, facecolor=_colour(r), edgecolor="white", lw=1.5))
+            text = labels[r] if labels else f"rank {r}"
+            ax.text(xy[0] + w / 2, xy[1] + h / 2, text, ha="center", va="center", fontsize=8,
+                    rotation=90 if split == "cols" and w < 3 else 0, color="white")
+    else:
+        hatch = "//" if split == "partial" else None
+        ax.add_patch(Rectangle((left, -rows), cols, rows, facecolor=GREY, edgecolor="grey",
+                               hatch=hatch))
+    ax.add_patch(Rectangle((left, -rows), cols, rows, fill=False, edgecolor="black", lw=1))
+    ax.text(left + cols / 2, 0.6, name, ha="center", va="bottom", fontsize=10)
+    ax.text(left + cols / 2, -rows - 0.6, caption, ha="center", va="top", fontsize=8)
+    return left + cols
+
+
+def _layout(kind: str, n: int, num_heads: int):
+    """(matrices, title, description): each matrix (name, rows, cols, split, caption[, labels])."""
+    if kind == "column":
+        return ([("x (batch x in)", 3, 6, None, "whole on every rank"),
+                 ("W (out x in)", 8, 6, "rows", "rank r: out/N rows"),
+                 ("y = x Wᵀ + b", 3, 8, "cols", "rank r: its columns\nall-gather: whole y")],
+                f"column-parallel: the output features split over {n} ranks",
+                f"Column-parallel linear layer on {n} ranks: the input x is whole on every rank; "
+                "nn.Linear's weight, stored out x in, is cut into bands of rows, one per rank "
+                "(the bias likewise); rank r computes its own columns of y, and an all-gather "
+                "puts the columns side by side.")
+    if kind == "row":
+        return ([("x (batch x in)", 3, 8, "cols", "rank r: its columns"),
+                 ("W (out x in)", 6, 8, "cols", "rank r: in/N columns"),
+                 ("y = Σ_r x_r W_rᵀ", 3, 6, "partial", "a partial sum on every rank\n"
+                  "all-reduce, then + b once")],
+                f"row-parallel: the input features split over {n} ranks",
+                f"Row-parallel linear layer on {n} ranks: the input features are split, so rank "
+                "r holds a band of columns of x and of nn.Linear's weight (out x in); each rank "
+                "computes a full-size partial sum of y, an all-reduce adds them up, and the "
+                "bias is added once, after the sum.")
+    if kind == "mlp":
+        return ([("x (batch x d)", 3, 4, None, "whole: f"),
+                 ("W1 (h x d)", 8, 4, "rows", "column-parallel"),
+                 ("GeLU(x W1ᵀ + b1)", 3, 8, "cols", "rank r: its hidden units"),
+                 ("W2 (d x h)", 4, 8, "cols", "row-parallel"),
+                 ("y", 3, 4, "partial", "partial sums: g\n(all-reduce), + b2")],
+                f"the Megatron MLP on {n} ranks: the hidden units split",
+                f"Tensor-parallel MLP on {n} ranks: rank r owns a band of hidden units, which "
+                "are rows of W1 (h x d) and the same-coloured columns of W2 (d x h); the hidden "
+                "activation stays split through the GeLU, and only the output's partial sums "
+                "are all-reduced.")
+    if kind == "attention":
+        per = num_heads // n
+        heads = [f"heads {r * per}-{(r + 1) * per - 1}" if per > 1 else f"head {r}"
+                 for r in range(n)]
+        return ([("x (batch x seq x d)", 3, 4, None, "whole: f"),
+                 ("Wq, Wk, Wv (d x d)", 8, 8, "rows", "column-parallel", heads),
+                 ("Wo (d x d)", 8, 8, "cols", "row-parallel", heads),
+                 ("y", 3, 4, "partial", "partial sums: g\n(all-reduce), + bo")],
+                f"attention on {n} ranks: {num_heads} heads, {per} per rank",
+                f"Tensor-parallel attention with {num_heads} heads on {n} ranks: each head is "
+                "a band of rows of Wq, Wk and Wv and the matching band of columns of Wo; rank r "
+                f"holds {per} whole heads, computes their attention alone, and the output "
+                "projection's partial sums are all-reduced.")
+    raise ValueError(f"kind must be 'column', 'row', 'mlp' or 'attention', not {kind!r}")
+
+
+def show_split(kind: str = "column", world_size: int = 4, num_heads: int = 8):
+    """Which part of each weight every rank holds, for a "column" or "row" parallel linear
+    layer, the "mlp" or "attention" (num_heads, a multiple of world_size)."""
+    import matplotlib.pyplot as plt
+
+    from distlab.collectives import _show
+
+    if kind == "attention" and num_heads % world_size:
+        raise ValueError(f"{num_heads} heads cannot be split over {world_size} ranks")
+    matrices, title, description = _layout(kind, world_size, num_heads)
+    fig, ax = plt.subplots(figsize=(2 + 1.6 * len(matrices), 3.2))
+    left = 0.0
+    for name, rows, cols, split, caption, *labels in matrices:
+        left = _matrix(ax, left, rows, cols, name, split, world_size, caption,
+                       labels[0] if labels else None) + 3
+    ax.set(xlim=(-1, left - 2), ylim=(-11, 2.5), aspect="equal", title=title)
+    ax.axis("off")
+    _show(fig, description)
+
+
+def show_comm_table(rows, title: str = "collectives per transformer layer"):
+    """rows: (what, forward, backward) strings, one row each, drawn as a table."""
+    import matplotlib.pyplot as plt
+
+    from distlab.collectives import _show
+
+    fig, ax = plt.subplots(figsize=(10, 0.4 + 0.35 * (len(rows) + 1)))
+    ax.axis("off")
+    table = ax.table(cellText=[list(r) for r in rows], colLabels=["", "forward", "backward"],
+                     loc="center", cellLoc="left", colWidths=[0.3, 0.3, 0.4])
+    table.auto_set_font_size(False)
+    table.set_fontsize(9)
+    table.scale(1, 1.4)
+    for (row, _), cell in table.get_celld().items():
+        if row == 0:
+            cell.set_facecolor(GREY)
+    ax.set_title(title, fontsize=10)
+    _show(fig, f"Table, {title}: " + "; ".join(f"{w}: forward {f}, backward {b}"
+                                                for w, f, b in rows) + ".")
