@@ -104,3 +104,14 @@ def test_every_solved_function_is_its_template_outside_the_blanks(assignment):
         for name, code in functions(cell.source).items():
             line = changed_line(code, functions(template)[name])
             assert line is None, f"{name}: line {line} differs from its template"
+
+
+@pytest.mark.parametrize("assignment", IDS)
+def test_locked_cells_hold_no_blank(assignment):
+    """Does every `_____` a learner sees sit in a cell that is theirs (a solution cell), never
+    in a locked one (importing distlab makes `_____` known to every cell)?"""
+    nb = json.loads(RELEASED[assignment].read_text())
+    for cell in nb["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        if cell["cell_type"] == "code" and not meta.get("solution"):
+            assert "_____" not in "".join(cell["source"]), meta.get("grade_id")

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from distlab import _____, run
+from distlab import run
 from distlab.collectives import show_ring, show_tree
 
 # %% [markdown]

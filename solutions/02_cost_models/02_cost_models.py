@@ -34,7 +34,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from distlab import _____
 from distlab.cost import (
     GB,
     MiB,

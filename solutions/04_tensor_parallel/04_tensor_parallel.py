@@ -34,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
-from distlab import RankError, _____, require_filled, run
+from distlab import RankError, require_filled, run
 from distlab.tensor_parallel import count_collectives, format_calls, show_comm_table, show_split
 
 # %% [markdown]

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.utils.checkpoint import checkpoint
 
-from distlab import _____, run
+from distlab import run
 from distlab.pipeline import (
     peak_in_flight,
     show_bars,
