@@ -23,6 +23,7 @@ from lab_server import ROOT, LabServer, unavailable  # noqa: E402
 from autograder import solved  # noqa: E402
 
 IDS = solved.assignment_ids()
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front (earlier ones stay open)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -73,7 +74,7 @@ def page(request, lab, browser):
     page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
     page.on("pageerror", lambda e: page.console_errors.append(str(e)))
     page.goto(f"{lab.url}/lab/tree/{assignment}/{assignment}.ipynb?token={lab.token}")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+    page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=60_000)
     _wait_idle(page, 60_000)
     page.wait_for_timeout(1000)  # a kernel dialog would have shown by now
     try:
@@ -98,13 +99,14 @@ def test_notebook_opens_with_an_idle_kernel_and_no_dialog(page):
     blanks visible, and without nbgrader's instructor menus?"""
     _shot(page, "1-opened")
     assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").inner_text()
-    assert "Python 3 (ipykernel)" in page.locator(".jp-NotebookPanel-toolbar").inner_text()
-    assert "_____" in page.locator(".jp-NotebookPanel .jp-Notebook").inner_text()
+    page.locator(f"{PANEL} .jp-NotebookPanel-toolbar", has_text="Python 3 (ipykernel)").wait_for(
+        timeout=30_000)  # the notebook's own kernel, shown in its toolbar
+    assert "_____" in page.locator(f"{PANEL} .jp-Notebook").inner_text()
     menus = page.locator("#jp-menu-panel .lm-MenuBar-itemLabel").all_inner_texts()
     assert "Run" in menus and "Nbgrader" not in menus, menus
     assert page.get_by_text("Create Assignment").count() == 0
     assert page.get_by_text("Jupyter news").count() == 0  # no news prompt for learners
-    assert page.locator(".validate-button").count() == 1
+    assert page.locator(f"{PANEL} .validate-button").count() == 1
 
 
 def test_run_all_shows_blank_not_filled(page):
@@ -112,14 +114,14 @@ def test_run_all_shows_blank_not_filled(page):
     warning in any output?"""
     page.locator("#jp-menu-panel .lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
-    output = page.locator(".jp-OutputArea-output", has_text="BlankNotFilled").first
+    output = page.locator(f"{PANEL} .jp-OutputArea-output", has_text="BlankNotFilled").first
     output.wait_for(timeout=120_000)
     _wait_idle(page, 120_000)
     page.wait_for_timeout(500)
     output.scroll_into_view_if_needed()
     page.wait_for_timeout(1000)
     _shot(page, "2-run-all")
-    texts = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
+    texts = "\n".join(page.locator(f"{PANEL} .jp-OutputArea-output").all_inner_texts())
     assert "BlankNotFilled" in texts
     assert not re.search(r"\b\w+Warning\b|\[Gloo\]|ProcessGroupGloo", texts), texts
     assert page.locator(".jp-Dialog").count() == 0
@@ -128,7 +130,7 @@ def test_run_all_shows_blank_not_filled(page):
 def test_validate_button_shows_the_result(page):
     """Does the Validate button save, validate and show a 'Validation Results' dialog that
     lists the failing cells with BlankNotFilled?"""
-    page.locator(".validate-button").click()
+    page.locator(f"{PANEL} .validate-button").click()
     dialog = page.locator(".jp-Dialog")
     dialog.wait_for(timeout=240_000)
     page.locator("#validation-message").wait_for(timeout=10_000)
