@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection
 
 import cloudpickle
 import torch
+import torch._dynamo  # noqa: F401 - every torch.optim optimizer imports it: ~0.8 s per rank
 import torch.distributed as dist
 
 from distlab import launch

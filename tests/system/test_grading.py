@@ -24,6 +24,7 @@ WRONG = {
     "02_cost_models": ("allreduce_time_ring", 1, lambda answer: "n - 1"),
     "04_tensor_parallel": ("column_parallel_forward", 1, lambda answer: "weight[:, start:end]"),
     "05_pipeline_parallel": ("one_f_one_b_order", 1, lambda answer: "min(S - s, M)"),
+    "06_zero": ("model_state_bytes", 2, lambda answer: "g * psi / (n_d if stage >= 3 else 1)"),
 }
 KINDS = ("solved", "untouched", "one_wrong")
 progress = [""]  # make grade's output

@@ -1,0 +1,567 @@
+"""Hidden tests of notebook 06 (ZeRO): the memory formula against the paper's, the parameter
+assignment against the greedy rule's balance, and the sharded optimizers and the ZeRO-3 layer
+against unsharded training in this process.
+
+The classes run on real ranks through a harness of this module (it travels by reference; the
+learner's class by value). The oracle (the unsharded model and optimizer, the layout of the
+flat buffer) is computed here, never on the ranks, where under the judge the learner's code
+runs too. A class that uses another exercise's answer (assign_params, FlatShard) gets a correct
+one instead, so one mistake costs points in one exercise only.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+from autograder.exercises import exercise
+from autograder.exercises.checks import (
+    check_close,
+    check_tensor,
+    first_rank_failure,
+    on_ranks,
+    rank_failure,
+    short_group,
+)
+
+WORLD_SIZES = (1, 2, 4, 3)  # 3 last: the notebook's next check runs on 3 ranks
+OPTIMIZERS = {"AdamW": {"lr": 0.05, "weight_decay": 0.1}, "SGD": {"lr": 0.1, "momentum": 0.9}}
+STATE_PER_ELEMENT = {"AdamW": 2, "SGD": 1}  # exp_avg and exp_avg_sq; momentum_buffer
+
+
+# ---------------------------------------------------------------- the memory model
+
+
+def _oracle_state_bytes(psi, n_d, stage, widths):
+    p, g, k = widths
+    return (p * psi / (n_d if stage == 3 else 1), g * psi / (n_d if stage >= 2 else 1),
+            k * psi / (n_d if stage >= 1 else 1))
+
+
+@exercise
+def model_state_bytes(fn, rng):
+    cases = [(7.5e9, 64, stage, (2, 2, 12)) for stage in range(4)]
+    cases += [(1000.0, 4, stage, (4, 4, 8)) for stage in range(4)]
+    for _ in range(24):
+        psi = float(rng.integers(1, 10 ** int(rng.integers(2, 13))))
+        widths = tuple(int(w) for w in rng.integers(1, 17, size=3))
+        cases.append((psi, int(rng.integers(2, 1025)), int(rng.integers(0, 4)), widths))
+    for psi, n_d, stage, widths in cases:
+        where = f"model_state_bytes({psi:g}, n_d={n_d}, stage={stage}, widths={widths})"
+        check_close(fn(psi, n_d, stage, widths), _oracle_state_bytes(psi, n_d, stage, widths),
+                    where, "(params, grads, optimizer)", rtol=1e-9)
+    psi, n_d = 7.5e9, 64
+    check_close(fn(psi, n_d, 1), _oracle_state_bytes(psi, n_d, 1, (2, 2, 12)),
+                f"model_state_bytes({psi:g}, n_d={n_d}, stage=1) (default widths)",
+                "(params, grads, optimizer)", rtol=1e-9)
+
+
+# ---------------------------------------------------------------- owners of parameters
+
+
+def _oracle_assign(sizes, loads):
+    """The greedy rule: largest first, each to the rank that owns the fewest elements so far
+    (the lowest such rank on a tie). Returns (owners, loads afterwards)."""
+    loads = list(loads)
+    owners = [0] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        owners[i] = loads.index(min(loads))
+        loads[owners[i]] += sizes[i]
+    return owners, loads
+
+
+@exercise
+def assign_params(fn, rng):
+    cases = [([1, 1, 1, 1, 4], [0, 0]), ([3, 3], [5, 0]), ([240, 24, 168, 7, 112, 16, 48, 3],
+                                                         [0, 0, 0]), ([], [0, 0]), ([5], [0])]
+    for _ in range(30):
+        n = int(rng.integers(1, 6))
+        sizes = [int(s) for s in rng.integers(1, 100, size=int(rng.integers(1, 13)))]
+        loads = [int(v) for v in rng.integers(0, 100, size=n)] if rng.random() < 0.5 else [0] * n
+        cases.append((sizes, loads))
+    for sizes, loads in cases:
+        where = f"assign_params({sizes}, loads={loads})"
+        out = fn(list(sizes), list(loads))
+        try:
+            owners, mine = out
+            owners, mine = [int(o) for o in owners], [int(v) for v in mine]
+        except (TypeError, ValueError):
+            raise AssertionError(f"{where} returned {out!r}: expected (owners, loads), two "
+                                 "lists") from None
+        if len(owners) != len(sizes) or any(not 0 <= o < len(loads) for o in owners):
+            raise AssertionError(f"{where} returned {owners}: expected one rank in "
+                                 f"0..{len(loads) - 1} per parameter")
+        grown = [loads[r] + sum(s for s, o in zip(sizes, owners, strict=True) if o == r)
+                 for r in range(len(loads))]
+        if mine != grown:
+            raise AssertionError(f"{where} returned loads {mine}, but the owners {owners} "
+                                 f"make them {grown} (add each size to its owner's load)")
+        best = _oracle_assign(sizes, loads)[1]
+        if max(mine) > max(best):
+            raise AssertionError(f"{where}: owners {owners} leave a rank with {max(mine)} "
+                                 f"elements; the greedy rule's fullest rank has {max(best)}")
+
+
+# ---------------------------------------------------------------- shared by the rank tests
+
+
+def _model(widths, seed):
+    """Linear layers (float64) with Tanh between them; the global RNG is left as it was."""
+    import torch
+    from torch import nn
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        layers = []
+        for n_in, n_out in zip(widths, widths[1:], strict=False):
+            layers += [nn.Linear(n_in, n_out), nn.Tanh()]
+        return nn.Sequential(*layers[:-1]).double()
+
+
+def _batch(widths, n, seed, per_rank=3):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(n * per_rank, widths[0], generator=generator, dtype=torch.float64)
+    return x, torch.randn(n * per_rank, widths[-1], generator=generator, dtype=torch.float64)
+
+
+def _widths(rng, layers):
+    return tuple(int(w) for w in rng.integers(1, 10, size=layers + 1))
+
+
+def _with_oracle(cls, **names):
+    """cls, its methods seeing trusted `names` (assign_params, FlatShard) instead of the
+    notebook's: a subclass, so that super() in them still works."""
+    if hasattr(cls, "patched"):  # the judge's stand-in for a class in the sandbox
+        return cls.patched(**names)
+    if not isinstance(cls, type):
+        return cls
+    methods = {}
+    for key, member in vars(cls).items():
+        fn = getattr(member, "__func__", member)
+        if isinstance(fn, types.FunctionType) and set(names) & set(fn.__code__.co_names):
+            new = types.FunctionType(fn.__code__, {**fn.__globals__, **names}, fn.__name__,
+                                     fn.__defaults__, fn.__closure__)
+            new.__kwdefaults__, new.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+            methods[key] = type(member)(new) if member is not fn else new
+    if not methods:
+        return cls
+    return type(cls)(cls.__name__, (cls,), {**methods, "__module__": cls.__module__,
+                                            "__qualname__": cls.__qualname__})
+
+
+def _on_ranks_each(harness, fn, n, cases):
+    """harness on n ranks; per case, every rank's entry ("ok", value) or (kind, text)."""
+    results = on_ranks(harness, fn, n, cases)
+    return [[r[index] if index < len(r) else ("broken", "stopped early") for r in results]
+            for index in range(len(cases))]
+
+
+def _run_cases(rank, world_size, cases, one_case):
+    """one_case(case) for each case in a short-timeout group; stops at the first failure."""
+    results = []
+    with short_group(rank, world_size):
+        for case in cases:
+            try:
+                results.append(("ok", one_case(case)))
+            except Exception as err:  # noqa: BLE001 - reported as the case's failure
+                results.append(rank_failure(err, "raised"))
+                break
+    return results
+
+
+def _train_unsharded(widths, seed, n, name, steps, late_lr=None):
+    """Parameters after `steps` steps of torch.optim.<name> on the whole batch; with late_lr,
+    the last Linear joins (at that rate) after the first step."""
+    import torch
+    import torch.nn.functional as F
+
+    model = _model(widths, seed)
+    x, y = _batch(widths, n, seed)
+    params = list(model.parameters())
+    optimizer = getattr(torch.optim, name)(params[:-2] if late_lr else params, **OPTIMIZERS[name])
+    for step in range(steps):
+        model.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+        if late_lr and step == 0:
+            optimizer.add_param_group({"params": params[-2:], "lr": late_lr})
+    return model
+
+
+def _case_text(n, widths, name, steps):
+    return f"world_size={n}, layer widths {list(widths)}, {name}, {steps} steps"
+
+
+# ---------------------------------------------------------------- ZeRO-1
+
+
+def _zero1_harness(rank, world_size, cls, cases):
+    """Train with the learner's ShardedOptimizer (gradients averaged first, as DDP does);
+    per case: (parameters, which of them have optimizer state on this rank)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    def one_case(case):
+        widths, name, steps, late_lr, seed = case
+        model = _model(widths, seed)
+        x, y = (t.chunk(world_size)[rank] for t in _batch(widths, world_size, seed))
+        params = list(model.parameters())
+        optimizer = cls(params[:-2], getattr(torch.optim, name), **OPTIMIZERS[name])
+        for step in range(steps):
+            model.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            for p in params:
+                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+            optimizer.step()
+            if step == 0:
+                optimizer.add_param_group({"params": params[-2:], "lr": late_lr})
+        held = [any(p is q for q in optimizer.local.state) for p in params]
+        return [p.detach().clone() for p in params], held
+
+    return _run_cases(rank, world_size, cases, one_case)
+
+
+@exercise
+def ShardedOptimizer(cls, rng):  # noqa: N802 - the exercise is named after the learner's class
+    from distlab import require_filled
+
+    require_filled(cls)
+    cls = _with_oracle(cls, assign_params=_oracle_assign)
+    for n in WORLD_SIZES:
+        cases = [((2, 9, 3), "AdamW", 3, 0.02, int(rng.integers(1000)))]
+        cases += [(_widths(rng, int(rng.integers(2, 4))), name, 3, float(rng.uniform(0.01, 0.1)),
+                   int(rng.integers(1000))) for name in ("SGD", "AdamW")]
+        for case, entries in zip(cases, _on_ranks_each(_zero1_harness, cls, n, cases),
+                                 strict=True):
+            widths, name, steps, late_lr, seed = case
+            where = _case_text(n, widths, name, steps) + ", the last layer added after step 1"
+            first_rank_failure(where, entries)
+            model = _train_unsharded(widths, seed, n, name, steps, late_lr)
+            params = list(model.parameters())
+            owners, loads = _oracle_assign([p.numel() for p in params[:-2]], [0] * n)
+            owners += _oracle_assign([p.numel() for p in params[-2:]], loads)[0]
+            for rank, (_, (got, held)) in enumerate(entries):
+                for i, (pname, param) in enumerate(model.named_parameters()):
+                    check_tensor(got[i], param.detach(), where, rank, f"parameter {pname}",
+                                 "unsharded training gives")
+                for i, (pname, param) in enumerate(model.named_parameters()):
+                    if held[i] != (owners[i] == rank):
+                        shape = tuple(param.shape)
+                        raise AssertionError(
+                            f"{where}: rank {rank} {'keeps' if held[i] else 'has no'} optimizer "
+                            f"state for {pname} {shape}, but its owner is rank {owners[i]} "
+                            "(owners balance elements, largest parameters first)")
+
+
+# ---------------------------------------------------------------- the flat buffer
+
+
+class _FlatShard:
+    """The layout of the notebook's FlatShard, trusted."""
+
+    def __init__(self, shapes):
+        import torch
+        import torch.distributed as dist
+
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.shapes = [torch.Size(shape) for shape in shapes]
+        self.numel = sum(shape.numel() for shape in self.shapes)
+        self.size = -(-self.numel // self.world_size)
+
+    def flatten(self, tensors):
+        import torch
+
+        flat = torch.zeros(self.size * self.world_size, dtype=tensors[0].dtype)
+        flat[: self.numel] = torch.cat([t.reshape(-1) for t in tensors])
+        return flat
+
+    def shard_of(self, flat):
+        return flat[self.rank * self.size:(self.rank + 1) * self.size]
+
+    def views(self, flat):
+        tensors, start = [], 0
+        for shape in self.shapes:
+            tensors.append(flat[start:start + shape.numel()].view(shape))
+            start += shape.numel()
+        return tensors
+
+    def gather(self, shard, out=None):
+        import torch
+        import torch.distributed as dist
+
+        if out is None:
+            out = torch.empty(self.size * self.world_size, dtype=shard.dtype)
+        dist.all_gather_single(out, shard)
+        return out
+
+    def reduce_scatter(self, flat):
+        import torch
+        import torch.distributed as dist
+
+        out = torch.empty(self.size, dtype=flat.dtype)
+        dist.reduce_scatter_single(out, flat, op=dist.ReduceOp.AVG)
+        return out
+
+
+def _padded(tensors, n):
+    """The oracle's full buffer: tensors flattened, zeros up to the next multiple of n."""
+    import torch
+
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    size = -(-flat.numel() // n)
+    return torch.cat([flat, flat.new_zeros(size * n - flat.numel())]), size
+
+
+def _layer_tensors(shapes, seed, dtype):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator, dtype=dtype) for shape in shapes]
+
+
+def _flat_harness(rank, world_size, cls, cases):
+    """Per case: the flat buffer, this rank's slice, the slices gathered, the views of that,
+    and the reduce-scatter of a buffer that differs per rank."""
+    import torch
+
+    def one_case(case):
+        shapes, seed, dtype_name = case
+        dtype = getattr(torch, dtype_name)
+        tensors = _layer_tensors(shapes, seed, dtype)
+        layout = cls(shapes)
+        flat = layout.flatten(tensors)
+        shard = layout.shard_of(flat).clone()
+        full = layout.gather(shard)
+        views = [t.clone() for t in layout.views(full)]
+        reduced = layout.reduce_scatter(layout.flatten(_layer_tensors(shapes, seed + 1 + rank,
+                                                                      dtype)))
+        return flat.clone(), shard, full.clone(), views, reduced
+
+    return _run_cases(rank, world_size, cases, one_case)
+
+
+def _shapes(rng, n):
+    """Shape lists: fewer elements than ranks, a multiple of n, and one that is not."""
+    def random_shapes():
+        return [tuple(int(d) for d in rng.integers(1, 5, size=int(rng.integers(1, 3))))
+                for _ in range(int(rng.integers(1, 4)))]
+
+    found = {"small": [(1,)] if n > 1 else [(2, 3)], "multiple": [(n, 3)]}
+    for _ in range(50):
+        shapes = random_shapes()
+        numel = sum(math.prod(s) for s in shapes)
+        if numel % n and numel > n:
+            found["uneven"] = shapes
+            break
+    return list(found.values())
+
+
+@exercise
+def FlatShard(cls, rng):  # noqa: N802 - the exercise is named after the learner's class
+    import torch
+
+    from distlab import require_filled
+
+    require_filled(cls)
+    for n in WORLD_SIZES:
+        cases = [(shapes, int(rng.integers(1000)), dtype)
+                 for shapes, dtype in zip(_shapes(rng, n), ("float64", "float32", "float64"),
+                                          strict=False)]
+        for case, entries in zip(cases, _on_ranks_each(_flat_harness, cls, n, cases),
+                                 strict=True):
+            shapes, seed, dtype_name = case
+            dtype = getattr(torch, dtype_name)
+            tensors = _layer_tensors(shapes, seed, dtype)
+            numel = sum(t.numel() for t in tensors)
+            where = f"world_size={n}, shapes {shapes} ({numel} elements), {dtype_name}"
+            first_rank_failure(where, entries)
+            flat, size = _padded(tensors, n)
+            others = [_padded(_layer_tensors(shapes, seed + 1 + r, dtype), n)[0] for r in range(n)]
+            mean = torch.stack(others).mean(dim=0)
+            for rank, (_, (got_flat, shard, full, views, reduced)) in enumerate(entries):
+                if got_flat.numel() != flat.numel():
+                    raise AssertionError(f"{where}: the flat buffer has {got_flat.numel()} "
+                                         f"elements, expected {flat.numel()}: padded to the "
+                                         f"next multiple of {n}")
+                check_tensor(got_flat, flat, where, rank, "the flat buffer")
+                mine = flat[rank * size:(rank + 1) * size]
+                check_tensor(shard, mine, where, rank, "its slice",
+                             f"slice {rank} of the flat buffer is")
+                check_tensor(full, flat, where, rank, "the gathered buffer")
+                for t, (got, want) in enumerate(zip(views, tensors, strict=True)):
+                    check_tensor(got, want, where, rank, f"view {t}")
+                check_tensor(reduced, mean[rank * size:(rank + 1) * size], where, rank,
+                             "the reduce-scattered slice", f"slice {rank} of the mean is")
+
+
+# ---------------------------------------------------------------- ZeRO-2
+
+
+def _zero2_harness(rank, world_size, cls, cases):
+    """Train with the learner's Zero2Optimizer; per case: (parameters, which still have a
+    full gradient after step(), elements of optimizer state on this rank)."""
+    import torch
+    import torch.nn.functional as F
+
+    def one_case(case):
+        widths, name, steps, seed = case
+        model = _model(widths, seed)
+        x, y = (t.chunk(world_size)[rank] for t in _batch(widths, world_size, seed))
+        optimizer = cls(model.parameters(), getattr(torch.optim, name), **OPTIMIZERS[name])
+        for _ in range(steps):
+            model.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+        left = [p.grad is not None for p in model.parameters()]
+        state = sum(t.numel() for s in optimizer.local.state.values() for t in s.values()
+                    if isinstance(t, torch.Tensor) and t.dim() > 0)
+        return [p.detach().clone() for p in model.parameters()], left, state
+
+    return _run_cases(rank, world_size, cases, one_case)
+
+
+@exercise
+def Zero2Optimizer(cls, rng):  # noqa: N802 - the exercise is named after the learner's class
+    from distlab import require_filled
+
+    require_filled(cls)
+    cls = _with_oracle(cls, FlatShard=_FlatShard)
+    for n in WORLD_SIZES:
+        cases = [(_widths(rng, int(rng.integers(1, 4))), name, 3, int(rng.integers(1000)))
+                 for name in ("AdamW", "SGD")]
+        for case, entries in zip(cases, _on_ranks_each(_zero2_harness, cls, n, cases),
+                                 strict=True):
+            widths, name, steps, seed = case
+            where = _case_text(n, widths, name, steps)
+            first_rank_failure(where, entries)
+            model = _train_unsharded(widths, seed, n, name, steps)
+            numel = sum(p.numel() for p in model.parameters())
+            state = STATE_PER_ELEMENT[name] * -(-numel // n)
+            for rank, (_, (got, left, held)) in enumerate(entries):
+                for i, (pname, param) in enumerate(model.named_parameters()):
+                    check_tensor(got[i], param.detach(), where, rank, f"parameter {pname}",
+                                 "unsharded training gives")
+                if any(left):
+                    raise AssertionError(f"{where}: after step(), rank {rank} still holds the "
+                                         f"full gradient of {left.count(True)} parameter(s)")
+                if held != state:
+                    raise AssertionError(f"{where}: rank {rank}'s optimizer holds {held} "
+                                         f"elements of state; {name} needs "
+                                         f"{STATE_PER_ELEMENT[name]} per element of its slice, "
+                                         f"{state}")
+
+
+# ---------------------------------------------------------------- ZeRO-3
+
+
+def _zero3_harness(rank, world_size, fn, cases):
+    """A model of the learner's GatheredLinear layers, trained; per case: (first output,
+    input gradient, slices' gradients, slices after training, gathered bytes alive after the
+    forward)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from distlab.zero import count_collectives
+
+    def one_case(case):
+        widths, name, steps, seed = case
+        plain = _model(widths, seed)
+        layers = []
+        for module in plain:
+            if isinstance(module, nn.Linear):
+                layout = _FlatShard([module.weight.shape, module.bias.shape])
+                flat = layout.flatten([module.weight.detach(), module.bias.detach()])
+                layers.append((layout, nn.Parameter(layout.shard_of(flat).clone())))
+            else:
+                layers.append(None)
+
+        def forward(h):
+            for layer in layers:
+                h = torch.tanh(h) if layer is None else fn.apply(h, layer[1], layer[0])
+            return h
+
+        shards = [layer[1] for layer in layers if layer is not None]
+        x, y = (t.chunk(world_size)[rank] for t in _batch(widths, world_size, seed))
+        x = x.clone().requires_grad_()
+        with count_collectives() as counter:
+            out = forward(x)
+            alive = counter.live_gathered_bytes()
+        F.mse_loss(out, y).backward()
+        first = (out.detach().clone(), None if x.grad is None else x.grad.clone(),
+                 [None if s.grad is None else s.grad.clone() for s in shards])
+        optimizer = getattr(torch.optim, name)(shards, **OPTIMIZERS[name])
+        optimizer.step()
+        for _ in range(steps - 1):
+            optimizer.zero_grad()
+            F.mse_loss(forward(x.detach()), y).backward()
+            optimizer.step()
+        return (*first, [s.detach().clone() for s in shards], alive)
+
+    return _run_cases(rank, world_size, cases, one_case)
+
+
+def _layer_slices(model, n, rank, grads=False):
+    """Per Linear of the unsharded model: rank's slice of the padded flat [W, b] (or grads)."""
+    from torch import nn
+
+    slices = []
+    for module in model:
+        if isinstance(module, nn.Linear):
+            pair = [module.weight.grad, module.bias.grad] if grads else [module.weight,
+                                                                         module.bias]
+            flat, size = _padded([t.detach() for t in pair], n)
+            slices.append(flat[rank * size:(rank + 1) * size])
+    return slices
+
+
+@exercise
+def GatheredLinear(fn, rng):  # noqa: N802 - the exercise is named after the learner's class
+    import torch.nn.functional as F
+
+    from distlab import require_filled
+
+    require_filled(fn)
+    for n in WORLD_SIZES:
+        cases = [(_widths(rng, int(rng.integers(1, 4))), name, 2, int(rng.integers(1000)))
+                 for name in ("SGD", "AdamW")]
+        for case, entries in zip(cases, _on_ranks_each(_zero3_harness, fn, n, cases),
+                                 strict=True):
+            widths, name, steps, seed = case
+            where = _case_text(n, widths, name, steps)
+            first_rank_failure(where, entries)
+            model = _model(widths, seed)
+            x, y = _batch(widths, n, seed)
+            F.mse_loss(model(x), y).backward()
+            trained = _train_unsharded(widths, seed, n, name, steps)
+            for rank, (_, (out, x_grad, grads, final, alive)) in enumerate(entries):
+                xr, yr = (t.chunk(n)[rank] for t in (x, y))
+                xr = xr.clone().requires_grad_()
+                want = _model(widths, seed)(xr)
+                F.mse_loss(want, yr).backward()
+                check_tensor(out, want.detach(), where, rank, "the output",
+                             "the unsharded model gives")
+                if x_grad is None:
+                    raise AssertionError(f"{where}: rank {rank}'s input got no gradient")
+                check_tensor(x_grad, xr.grad, where, rank, "the input's gradient",
+                             "the unsharded model gives")
+                for layer, (got, want_g) in enumerate(zip(grads, _layer_slices(model, n, rank,
+                                                                                 True),
+                                                          strict=True)):
+                    if got is None:
+                        raise AssertionError(f"{where}: rank {rank}'s slice of layer {layer} "
+                                             "got no gradient")
+                    check_tensor(got, want_g, where, rank, f"the gradient of layer {layer}'s "
+                                 "slice", "its slice of the unsharded model's mean gradient is")
+                for layer, (got, want_p) in enumerate(zip(final, _layer_slices(trained, n,
+                                                                                 rank),
+                                                          strict=True)):
+                    check_tensor(got, want_p, where, rank, f"layer {layer}'s slice after "
+                                 "training", "unsharded training gives")
+                if alive:
+                    raise AssertionError(f"{where}: after the forward, rank {rank} still holds "
+                                         f"{alive} bytes of gathered layers: a gathered layer "
+                                         "must not outlive its forward")

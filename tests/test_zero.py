@@ -1,0 +1,288 @@
+"""Notebook 06 (ZeRO): do the reference answers pass their hidden tests, do answers with one
+wrong blank fail them (and get that blank named), does the blank release earn nothing, and do
+the helpers in distlab.zero count what they say?
+
+Run: .venv/bin/python -m pytest tests/test_zero.py -q
+"""
+
+import linecache
+import warnings
+
+import numpy as np
+import pytest
+
+from autograder import diagnose, exercises, grade_cell, reference
+from autograder.definitions import functions
+from autograder.markers import blank_source
+
+ASSIGNMENT = "06_zero"
+PURE = ["model_state_bytes", "assign_params"]
+ON_RANKS = ["ShardedOptimizer", "FlatShard", "Zero2Optimizer", "GatheredLinear"]
+
+# One plausible mistake per blank: (unit, blank number, what a learner might write there).
+WRONG = [
+    ("model_state_bytes", 1, "p * psi"),  # parameters never partitioned
+    ("model_state_bytes", 2, "g * psi / (n_d if stage >= 1 else 1)"),  # gradients from stage 1
+    ("model_state_bytes", 3, "k * psi / n_d"),  # stage 0 partitions nothing
+    ("assign_params", 1, "sizes[i]"),  # smallest first
+    ("assign_params", 2, "loads.index(max(loads))"),
+    ("assign_params", 3, "1"),  # counts tensors, not elements
+    ("ShardedOptimizer", 1, "p.shape[0]"),
+    ("ShardedOptimizer", 2, "owner != self.rank"),
+    ("ShardedOptimizer", 3, "0"),  # rank 0 is not every parameter's owner
+    ("FlatShard", 1, "self.numel // self.world_size"),  # no room for the remainder
+    ("FlatShard", 2, "self.rank * self.size:(self.rank + 1) * self.size - 1"),
+    ("Zero2Optimizer", 1, "self.params"),  # state (and updates) for whole parameters
+    ("Zero2Optimizer", 2, "torch.zeros_like(p)"),  # a full gradient kept
+    ("Zero2Optimizer", 3, "self.layout.shard_of(flat_grad)"),  # this rank's gradient only
+    ("GatheredLinear", 1, "layout.flatten([shard])"),  # the slice alone, padded
+    ("GatheredLinear", 2, "shard"),
+    ("GatheredLinear", 3, "grad_y @ weight.T"),
+    ("GatheredLinear", 4, "x.T @ grad_y"),
+    ("GatheredLinear", 5, "layout.shard_of(flat_grad)"),  # not averaged over ranks
+]
+
+
+def define(name: str, source: str, **notebook):
+    """`name` defined from `source` as a notebook cell defines it (its text in linecache),
+    over the notebook's reference definitions (and `notebook`'s names)."""
+    filename = f"<cell-{name}-{abs(hash(source))}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {**vars(reference.module(ASSIGNMENT)), **notebook}
+    namespace["__name__"] = "__main__"  # like a cell: shipped to the ranks by value
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+def variant(name: str, number: int, wrong: str):
+    """The reference `name` with blank `number` answered `wrong`."""
+    _, cell, blanks = reference.locate(name)
+    blank = blanks[number - 1]
+    lines = cell.source.split("\n")
+    code, marker = lines[blank.line - 1].split("# BLANK", 1)
+    assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {code!r}"
+    lines[blank.line - 1] = code.replace(blank.answer, wrong) + "# BLANK" + marker
+    return define(name, "\n".join(lines))
+
+
+def fails(name: str, obj, seed: int = 0) -> str:
+    """The hidden test's complaint about obj, or '' if it passes."""
+    try:
+        exercises.test_for(name)(obj, np.random.default_rng(seed))
+    except AssertionError as err:
+        return str(err) or "AssertionError"
+    except Exception as err:  # a crash of the learner's code is a failure too
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
+def assess(obj):
+    def make(source):
+        return obj if source is None else diagnose.rebuild(obj, source)
+
+    return grade_cell.assess(obj.__name__, diagnose.source_of(obj), make)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ranks_stopped_at_the_end():
+    yield
+    import distlab
+
+    distlab.shutdown()
+
+
+# ---------------------------------------------------------------- references pass
+
+
+@pytest.mark.parametrize(("name", "seed"), [(name, seed) for name in PURE for seed in (0, 1, 2)]
+                         + [(name, 1) for name in ON_RANKS])  # seed 0: the tests below
+def test_reference_passes_its_hidden_test(name, seed, capfd):
+    """Does the solved answer pass its hidden test for this seed, with no warning and nothing
+    on stderr (world sizes 1 to 4 for the classes)?"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fails(name, reference.reference(name), seed) == ""
+    assert capfd.readouterr().err == ""
+
+
+def test_every_exercise_has_a_hidden_test_and_points_equal_blanks():
+    """Is every solution cell graded by a test cell worth one point per blank, and are there
+    19 blanks in all?"""
+    from autograder import solved
+
+    nb = solved.load(ASSIGNMENT)
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    names, total = [], 0
+    for cell, blanks in solved.solution_cells(ASSIGNMENT):
+        (name,) = functions(cell.source)
+        names.append(name)
+        assert points[f"{name}_tests"] == len(blanks), name
+        total += len(blanks)
+        exercises.test_for(name)
+    assert sorted(names) == sorted(PURE + ON_RANKS)
+    assert total == 19
+
+
+# ---------------------------------------------------------------- one wrong blank fails
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), WRONG,
+                         ids=[f"{n}-{k}" for n, k, _ in WRONG])
+def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
+    """Does an answer with this one wrong blank fail its hidden test, with a message that does
+    not show the answer?"""
+    complaint = fails(name, variant(name, number, wrong))
+    assert complaint
+    assert reference.locate(name)[2][number - 1].answer not in complaint
+
+
+def test_every_blank_has_a_wrong_variant():
+    """Is every blank of the notebook covered by a deliberately wrong variant above?"""
+    covered = {(name, number) for name, number, _ in WRONG}
+    for name in PURE + ON_RANKS:
+        assert {(name, b.number) for b in reference.locate(name)[2]} <= covered, name
+
+
+def test_a_layer_that_keeps_its_gathered_weight_fails():
+    """Does a ZeRO-3 layer that computes the right numbers but keeps the gathered layer alive
+    until the backward (here: stashed on ctx) fail, saying that it outlived its forward?"""
+    _, cell, _ = reference.locate("GatheredLinear")
+    source = cell.source.replace("        ctx.layout = layout\n",
+                                 "        ctx.layout, ctx.kept = layout, weight\n")
+    assert source != cell.source
+    assert "must not outlive its forward" in fails("GatheredLinear",
+                                                   define("GatheredLinear", source))
+
+
+def test_a_sharded_optimizer_that_updates_everything_everywhere_fails():
+    """Does a ShardedOptimizer that gives every rank's local optimizer all the parameters (right
+    numbers, no memory saved) fail on where the optimizer state is?"""
+    _, cell, _ = reference.locate("ShardedOptimizer")
+    source = cell.source.replace('local_group = {**group, "params": mine}',
+                                 'local_group = {**group, "params": list(group["params"])}')
+    assert source != cell.source
+    assert "optimizer state" in fails("ShardedOptimizer", define("ShardedOptimizer", source))
+
+
+def test_a_wrong_helper_does_not_cost_the_classes_that_use_it():
+    """With a wrong assign_params or FlatShard in the notebook, do ShardedOptimizer and
+    Zero2Optimizer still pass (their tests give them correct ones)?"""
+    broken = {"assign_params": variant("assign_params", 2, "loads.index(max(loads))"),
+              "FlatShard": variant("FlatShard", 1, "self.numel // self.world_size")}
+    for name in ("ShardedOptimizer", "Zero2Optimizer"):
+        source = reference.locate(name)[1].source
+        assert fails(name, define(name, source, **broken)) == ""
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), [
+    ("model_state_bytes", 2, "g * psi / (n_d if stage >= 1 else 1)"),
+    ("assign_params", 2, "loads.index(max(loads))"),
+    ("Zero2Optimizer", 3, "self.layout.shard_of(flat_grad)"),
+], ids=lambda v: str(v))
+def test_grading_names_the_wrong_blank(name, number, wrong):
+    """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
+    earned, possible, report = assess(variant(name, number, wrong))
+    assert earned == possible - 1, report
+    (line,) = [line for line in report if "looks wrong" in line]
+    assert f"[{number}]" in line and line.count("[") == 1, report
+
+
+@pytest.mark.parametrize("name", PURE + ON_RANKS)
+def test_the_blank_release_earns_nothing_and_says_so(name):
+    """Graded as released (every blank `_____`), does each exercise earn 0 with its blanks
+    named as not filled, rather than crash?"""
+    _, cell, blanks = reference.locate(name)
+    template, _ = blank_source(cell.source)
+    obj = define(name, "from distlab import _____\n" + template)
+    earned, possible, report = assess(obj)
+    assert (earned, possible) == (0.0, float(len(blanks))), report
+    assert "not filled yet" in "\n".join(report)
+
+
+def test_the_judge_grades_every_exercise_outside_the_kernel(monkeypatch):
+    """Graded by the judge (the learner's code in a separate runner, only plain values coming
+    back; assign_params and FlatShard replaced by trusted ones where a class uses them), does
+    every solved exercise earn every point, and does one wrong blank cost one point?"""
+    from autograder import judge, solved
+    from autograder.judge import sandbox
+
+    monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
+    cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
+    verdicts = judge.verdicts(cells, [(name, None) for name in PURE + ON_RANKS], "s")
+    for name, (earned, possible, report) in zip(PURE + ON_RANKS, verdicts, strict=True):
+        assert earned == possible == len(reference.locate(name)[2]), report
+    wrong = [c.replace("self.rank * self.size:(self.rank + 1) * self.size]  #",
+                       "(self.world_size - 1 - self.rank) * self.size:"
+                       "(self.world_size - self.rank) * self.size]  #") for c in cells]
+    assert wrong != cells
+    [(earned, possible, report)] = judge.verdicts(wrong, [("FlatShard", None)], "s")
+    assert (earned, possible) == (1, 2) and "looks wrong: [2]" in "\n".join(report), report
+
+
+# ---------------------------------------------------------------- distlab.zero
+
+
+def _counted(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    from distlab.zero import count_collectives
+
+    original = dist.all_reduce
+    with count_collectives() as counter:
+        t = torch.ones(6)
+        dist.all_reduce(t)
+        dist.broadcast(t, src=0)
+        full = torch.empty(4 * world_size)
+        dist.all_gather_single(full, torch.ones(4))
+        alive = counter.live_gathered_bytes()
+        del full
+        out = torch.empty(2)
+        dist.reduce_scatter_single(out, torch.ones(2 * world_size))
+    return counter.calls, alive, counter.live_gathered_bytes(), dist.all_reduce is original
+
+
+def test_count_collectives_records_whole_messages_and_gathered_buffers_alive():
+    """Does count_collectives record each call with its whole message's bytes (an all-gather's
+    output, a reduce-scatter's input), see a gathered buffer alive until it is dropped, and
+    put torch.distributed back afterwards?"""
+    import distlab
+
+    calls, alive, after, restored = distlab.run(_counted, world_size=2)[0]
+    assert restored
+    assert calls == [("all_reduce", 24), ("broadcast", 24), ("all_gather_single", 32),
+                     ("reduce_scatter_single", 16)]
+    assert (alive, after) == (32, 0)
+
+
+def test_tensor_bytes_counts_a_shared_storage_once():
+    """Do views of one flat buffer count as the buffer, once, and None as nothing?"""
+    import torch
+
+    from distlab.zero import state_bytes, tensor_bytes
+
+    flat = torch.zeros(12)
+    assert tensor_bytes([flat[:5].view(5), flat[5:], None]) == 48
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    assert state_bytes(optimizer) == 2 * 4 * 8 + 2 * 4  # exp_avg, exp_avg_sq, 2 step counters
+
+
+def test_the_memory_bars_draw_the_papers_numbers(monkeypatch):
+    """Does show_memory draw the reference formula's four stages for the paper's model, with
+    their totals (120, 31.4, 16.6, 1.88 GB) in the figure's description?"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from distlab import collectives, zero
+
+    shown = []
+    monkeypatch.setattr(collectives, "_show", lambda fig, text: shown.append(text))
+    monkeypatch.setitem(__import__("sys").modules, "ipywidgets", None)  # no sliders: one figure
+    zero.show_memory(reference.reference("model_state_bytes"))
+    (text,) = shown
+    for total in ("120 GB", "31.4 GB", "16.6 GB", "1.88 GB"):
+        assert total in text, text
