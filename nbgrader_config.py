@@ -58,6 +58,21 @@ c.CourseDirectory.submitted_directory = os.path.join(GRADING, "submitted")
 c.CourseDirectory.autograded_directory = os.path.join(GRADING, "autograded")
 c.CourseDirectory.feedback_directory = os.path.join(GRADING, "feedback")
 c.CourseDirectory.solution_directory = os.path.join(GRADING, "solution")
+# nbgrader's exchange (release_assignment, fetch_assignment, submit, collect, release_feedback,
+# fetch_feedback, `nbgrader list`, the formgrader's assignment pages). One machine: a folder
+# beside the grading data. JupyterHub: DISTLAB_EXCHANGE=/srv/nbgrader/exchange, a folder every
+# learner's server mounts, with the same root in the learners' nbgrader_config.py (README).
+c.Exchange.root = os.environ.get("DISTLAB_EXCHANGE", os.path.join(GRADING, "exchange"))
+# Both folders exist before any command needs them: `list` and the formgrader fail on a missing
+# exchange, `collect` on a gradebook whose folder is missing.
+for folder, mode in ((GRADING, None), (c.Exchange.root, 0o777)):
+    if not os.path.isdir(folder):
+        try:  # the exchange world-writable, as nbgrader wants it (learners write inbound/)
+            os.makedirs(folder)
+            if mode is not None:
+                os.chmod(folder, mode)
+        except OSError:  # read-only, or not ours to create: nbgrader says so when it is used
+            pass
 # `nbgrader export` writes here, not into the course root (where git would see it).
 c.ExportPlugin.to = os.path.join(GRADING, "grades.csv")
 # Any SQLAlchemy URL works (PostgreSQL for big classes): DISTLAB_DB_URL or edit this line.

@@ -3,6 +3,7 @@
 import importlib
 
 for name in ("bench.bench_launch", "bench.bench_ring", "bench.bench_cost",
+             "bench.bench_tensor_parallel", "bench.bench_pipeline",
              "bench.bench_notebooks", "bench.bench_grading"):
     try:
         module = importlib.import_module(name)

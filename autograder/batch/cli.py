@@ -210,14 +210,36 @@ class Slot:
 
 
 def failure_feedback(outcome: Outcome) -> None:
-    """A feedback page for a submission nbgrader could not grade, saying why."""
+    """A feedback page for a submission nbgrader could not grade, saying why, with the
+    submission's timestamp and secret beside it as nbgrader's feedback has them
+    (`nbgrader release_feedback` stops at a feedback folder without them)."""
     folder = FEEDBACK / outcome.student / outcome.assignment
     folder.mkdir(parents=True, exist_ok=True)
+    for name in ("timestamp.txt", "submission_secret.txt"):  # written by `nbgrader submit`
+        submitted = SUBMITTED / outcome.student / outcome.assignment / name
+        if submitted.is_file():
+            (folder / name).write_bytes(submitted.read_bytes())
     (folder / f"{outcome.assignment}.html").write_text(
         f"<html><body><h1>{html.escape(outcome.assignment)}: not graded</h1>"
         f"<p>Your submission could not be graded: {html.escape(outcome.problem)}</p>"
         "<p>Score: 0. Check that the notebook opens in JupyterLab and runs top to bottom, "
         "then hand it in again.</p></body></html>\n")
+
+
+def name_students(url: str, students: set[str]) -> None:
+    """Name each student the gradebook knows by id only (nbgrader's autograde adds them so, and
+    the formgrader then lists "None, None"): last name the id, first name empty. Names given in
+    the gradebook (`nbgrader db student import`, the formgrader's Students page) stay."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(url) as gb:
+        for student_id in sorted(students):
+            try:
+                student = gb.find_student(student_id)
+            except MissingEntry:  # stopped before nbgrader added it: nothing to name
+                continue
+            if student.first_name is None and student.last_name is None:
+                gb.update_or_create_student(student_id, last_name=student_id, first_name="")
 
 
 def summary(export: dict, failed: dict[str, str]) -> str:
@@ -307,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = grade_all(todo, slots, args.timeout)
         for slot in slots[1:]:
             slot.end()  # they exit on their own, all at once, while the CSVs are written
+        name_students(url, {o.student for o in outcomes})
         for assignment in sorted({a for _, a in todo}):
             failed = {o.student: o.problem for o in outcomes
                       if o.assignment == assignment and not o.ok}

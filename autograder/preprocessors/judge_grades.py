@@ -2,7 +2,7 @@
 
 It runs inside `nbgrader autograde`, after Execute and before SaveAutoGrades. A graded cell
 whose (locked, restored) source calls `grade(fn)` gets its outputs rewritten from
-`autograder.judge.verdict`: the report as stdout and the points as the cell's value, which
+`autograder.judge.verdicts`: the report as stdout and the points as the cell's value, which
 nbgrader reads as partial credit. Whatever the learner's kernel printed or returned there,
 a fake "score: 5 / 5" included, is discarded.
 """
