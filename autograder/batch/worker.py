@@ -53,6 +53,9 @@ def problem(log: str) -> str:
     (what it means, or its type and message), else its last error message; never a
     traceback's file lines."""
     found = [m for line in log.splitlines() if (m := EXCEPTION_LINE.match(line))]
+    # nbgrader re-raises every failure as NbGraderException("Please see the above traceback"):
+    # the exception before that wrapper is the reason
+    found = [m for m in found if (m[1] or m[2]) != "NbGraderException"] or found
     if not found:
         errors = [m[1] for line in log.splitlines() if (m := LOGGED_ERROR.match(line))]
         return errors[-1][:300] if errors else "the grader failed on this notebook"

@@ -1,0 +1,748 @@
+"""Hidden tests of notebook 03 (data parallel): every training exercise against single-process
+training on the concatenated batch, computed here, outside the ranks (under the judge the
+learner's code runs there).
+
+Every test runs its cases on one set of 4 processes: a case of world size m (1-4) gets a
+default process group of its own on the first m of them, with a short timeout, and the others
+sit it out. One set of ranks for all world sizes keeps a test fast (the launcher forks a new
+set for every world size; here a case costs a FileStore rendezvous), and a FileStore barrier
+between cases stops every rank at the first case that fails. Models are float64, so that
+single-process training and its data-parallel twin agree to ~1e-12 and any real difference
+shows. The ranks update the weights with the small optimizers below (SGD, AdamW): the same
+arithmetic as torch.optim's (tested), on both sides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import math
+import os
+import tempfile
+
+import numpy as np
+
+from autograder.exercises import exercise
+from autograder.exercises.checks import (
+    PG_TIMEOUT_S,
+    check_close,
+    first_rank_failure,
+    fmt,
+    on_ranks,
+    rank_failure,
+)
+
+RANKS = 4  # processes per test; a case of world size m uses the first m
+BARRIER_S = 60.0  # between cases; a stuck collective gives up after PG_TIMEOUT_S long before
+RTOL, ATOL = 1e-7, 1e-9  # float64 training, 3 steps: the same to ~1e-12 when right
+# The process groups of a test's cases, destroyed when the next test starts on these ranks. A
+# gloo group's destructor joins its worker threads while holding the GIL, and a worker that is
+# still releasing a finished collective's tensors (whose Python objects are gone) needs the
+# GIL: destroyed at once, a group can deadlock its rank. By the next test the workers are idle.
+_GROUPS: list = []
+
+
+# ---------------------------------------------------------------- models, optimizers
+
+
+@functools.cache
+def _net_class():
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        """Linear layers (float64) with tanh between them, an input-scaling buffer; optionally
+        layer 2 sharing layer 1's weight (tied) and some frozen parameters."""
+
+        def __init__(self, spec):
+            super().__init__()
+            sizes = spec["sizes"]
+            self.register_buffer("scale", 0.5 + torch.rand(sizes[0], dtype=torch.float64))
+            self.layers = nn.ModuleList(nn.Linear(a, b, dtype=torch.float64)
+                                        for a, b in zip(sizes, sizes[1:], strict=False))
+            if spec.get("tied"):
+                self.layers[2].weight = self.layers[1].weight
+            for index, which in spec.get("frozen", []):
+                getattr(self.layers[index], which).requires_grad_(False)
+
+        def forward(self, x):
+            x = x * self.scale
+            for layer in self.layers[:-1]:
+                x = torch.tanh(layer(x))
+            return self.layers[-1](x)
+
+    return Net
+
+
+def _net(spec: dict, seed: int):
+    import torch
+
+    torch.manual_seed(seed)
+    return _net_class()(spec)
+
+
+def _spec(rng, tied: bool = True, frozen: bool = True) -> dict:
+    """A random small model: d_in -> h -> h -> h -> c (layers 1 and 2 are h x h, so they can
+    share a weight), sometimes a wider last hidden layer."""
+    d_in, h, c = (int(v) for v in rng.integers((2, 3, 2), (7, 8, 5)))
+    sizes = [d_in, h, h, h, c]
+    if rng.random() < 0.5:
+        sizes.insert(4, int(rng.integers(h + 1, 12)))
+    chosen = []
+    if frozen:
+        options = [(0, "weight"), (0, "bias"), (len(sizes) - 2, "bias")]
+        chosen = [options[int(i)] for i in rng.choice(3, size=int(rng.integers(1, 3)),
+                                                      replace=False)]
+    return {"sizes": sizes, "tied": bool(tied and rng.random() < 0.7), "frozen": chosen,
+            "seed": int(rng.integers(1 << 30))}
+
+
+class _Optimizer:
+    """SGD or AdamW (torch.optim's arithmetic; decoupled weight decay 0.01) with the
+    zero_grad() and step() of a torch optimizer."""
+
+    def __init__(self, kind: str, params, lr: float):
+        self.kind, self.lr, self.params = kind, lr, list(params)
+        self.t, self.m, self.v = 0, {}, {}
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        import torch
+
+        self.t += 1
+        with torch.no_grad():
+            for p in self.params:
+                if p.grad is None:
+                    continue
+                if self.kind == "SGD":
+                    p -= self.lr * p.grad
+                    continue
+                m = self.m.setdefault(p, torch.zeros_like(p))
+                v = self.v.setdefault(p, torch.zeros_like(p))
+                p.mul_(1 - self.lr * 0.01)
+                m.mul_(0.9).add_(p.grad, alpha=0.1)
+                v.mul_(0.999).addcmul_(p.grad, p.grad, value=0.001)
+                denom = (v.sqrt() / math.sqrt(1 - 0.999**self.t)).add_(1e-8)
+                p.addcdiv_(m, denom, value=-self.lr / (1 - 0.9**self.t))
+
+
+def _batches(rng, spec: dict, m: int, steps: int) -> list:
+    """Per step (xs, ys): one float64 input tensor and one label tensor per rank."""
+    import torch
+
+    size = int(rng.integers(2, 6))
+    return [([torch.from_numpy(rng.standard_normal((size, spec["sizes"][0]))) for _ in range(m)],
+             [torch.from_numpy(rng.integers(0, spec["sizes"][-1], size)) for _ in range(m)])
+            for _ in range(steps)]
+
+
+def _single_process(spec: dict, batches: list, kind: str, lr: float) -> list:
+    """The oracle: rank 0's model trained in one process on each step's concatenated batch;
+    every parameter after each step."""
+    import torch
+    import torch.nn.functional as F
+
+    model = _net(spec, spec["seed"])
+    optimizer = _Optimizer(kind, model.parameters(), lr)
+    history = []
+    for xs, ys in batches:
+        F.cross_entropy(model(torch.cat(xs)), torch.cat(ys)).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        history.append([p.detach().clone() for p in model.parameters()])
+    return history
+
+
+def _oracle_broadcast(module) -> None:
+    """A correct broadcast_parameters: the DDP exercises use it, so a mistake in that exercise
+    costs its own points only."""
+    import itertools
+
+    import torch
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for tensor in itertools.chain(module.parameters(), module.buffers()):
+            dist.broadcast(tensor, src=0)
+
+
+@contextlib.contextmanager
+def _trusted(cls, **names):
+    """While inside: the methods of `cls` see these names (trusted functions) as globals."""
+    saved = []
+    for member in vars(cls).values():
+        globs = getattr(getattr(member, "__func__", member), "__globals__", None)
+        for name, value in names.items():
+            if globs is not None and name in globs and not any(
+                    g is globs and n == name for g, n, _ in saved):
+                saved.append((globs, name, globs[name]))
+                globs[name] = value
+    try:
+        yield
+    finally:
+        for globs, name, old in reversed(saved):
+            globs[name] = old
+
+
+# ---------------------------------------------------------------- cases on 4 processes
+
+
+def _store_path(tag) -> str:
+    return os.path.join(tempfile.gettempdir(),
+                        f"distlab-dp-{os.getppid()}-{os.environ['MASTER_PORT']}-{tag}")
+
+
+@contextlib.contextmanager
+def _case_group(rank: int, m: int, index: int):
+    """The default process group of one case: world size m, waits that give up after
+    PG_TIMEOUT_S."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{_store_path(index)}", rank=rank,
+                            world_size=m, timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
+    _GROUPS.append(dist.group.WORLD)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _cases_harness(rank, n, fn, kind, cases):
+    """Run the cases of one test on n processes: case k on its first cases[k]["world_size"].
+    Returns, per case this rank took part in, ("ok", value) or (kind, text); None for a case
+    it sat out; stops on every rank after the first case that failed on any."""
+    import torch.distributed as dist
+
+    _GROUPS.clear()
+    coordinator = dist.FileStore(_store_path("barrier"), n)
+    results = []
+    try:
+        for index, case in enumerate(cases):
+            m = case["world_size"]
+            entry = None
+            if rank < m:
+                entry = _one_case(rank, m, fn, kind, case, index)
+            results.append(entry)
+            coordinator.set(f"{index}/{rank}", "fail" if entry and entry[0] != "ok" else "ok")
+            keys = [f"{index}/{r}" for r in range(n)]
+            coordinator.wait(keys, datetime.timedelta(seconds=BARRIER_S))
+            if any(coordinator.get(key) == b"fail" for key in keys):
+                break
+    finally:
+        coordinator.set(f"exit/{rank}", "")
+        if rank == 0:  # the last to use the store, so it removes the files
+            coordinator.wait([f"exit/{r}" for r in range(n)],
+                             datetime.timedelta(seconds=BARRIER_S))
+            for tag in [*range(len(results)), "barrier"]:
+                with contextlib.suppress(OSError):
+                    os.remove(_store_path(tag))
+    return results
+
+
+def _one_case(rank, m, fn, kind, case, index):
+    """One case on this rank: ("ok", what it produced), or how it failed."""
+    if kind == "ddp_train":  # the learner's function makes its own group
+        try:
+            return "ok", _ddp_train_case(rank, m, fn, case, index)
+        except Exception as err:  # noqa: BLE001 - the learner's code failed: the verdict
+            return rank_failure(err, "raised")
+    try:
+        with _case_group(rank, m, index):
+            try:
+                return "ok", RUNNERS[kind](rank, m, fn, case)
+            except Exception as err:  # noqa: BLE001 - the learner's code failed: the verdict
+                return rank_failure(err, "raised")
+    except Exception as err:  # noqa: BLE001 - the group failed, after another rank's error
+        return rank_failure(err, "broken")
+
+
+def _sync_case(rank, m, fn, case):
+    model = _net(case["spec"], case["spec"]["seed"])  # the same start on every rank
+    history = []
+    for xs, ys in case["batches"]:
+        fn(model, xs[rank], ys[rank], case["lr"])
+        history.append([p.detach().clone() for p in model.parameters()])
+    return history
+
+
+def _broadcast_case(rank, m, fn, case):
+    import itertools
+
+    model = _net(case["spec"], case["spec"]["seed"] + rank)  # a different start on each rank
+    fn(model)
+    return [t.detach().clone() for t in itertools.chain(model.parameters(), model.buffers())]
+
+
+def _wrapper_case(rank, m, cls, case):
+    """Train with the learner's DDP class; per step the parameters, the elements of each
+    all-reduce of the step, and how many of them had started when backward returned."""
+    import torch.nn.functional as F
+
+    from distlab.data_parallel import watch_all_reduce
+
+    model = _net(case["spec"], case["spec"]["seed"] + rank)  # apart: the class must broadcast
+    extra = () if case["bucket_mb"] is None else (case["bucket_mb"],)
+    steps = []
+    with _trusted(cls, broadcast_parameters=_oracle_broadcast), \
+            watch_all_reduce(defer=True) as log:  # results land only at wait()
+        ddp = cls(model, *extra)
+        if getattr(ddp, "module", None) is not model:
+            raise AttributeError("the wrapper's .module is not the model it was given")
+        optimizer = _Optimizer(case["optimizer"], model.parameters(), case["lr"])
+        for xs, ys in case["batches"]:
+            if hasattr(ddp, "on_train_batch_start"):
+                ddp.on_train_batch_start()
+            log.clear()
+            F.cross_entropy(ddp(xs[rank]), ys[rank]).backward()
+            started = len(log.calls)
+            ddp.finish_gradient_synchronization()
+            optimizer.step()
+            optimizer.zero_grad()
+            steps.append({"params": [p.detach().clone() for p in model.parameters()],
+                          "numels": log.numels(), "during_backward": started})
+    return steps
+
+
+def _accumulate_case(rank, m, fn, case):
+    """The learner's accumulated_step on torch DDP, next to a twin DDP that runs one plain
+    backward per step: bucket all-reduces per step, and how many one backward makes."""
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from distlab.data_parallel import count_bucket_all_reduces
+
+    model = _net(case["spec"], case["spec"]["seed"])
+    ddp = DDP(model)
+    calls = count_bucket_all_reduces(ddp)
+    twin = DDP(_net(case["spec"], case["spec"]["seed"]))
+    twin_calls = count_bucket_all_reduces(twin)
+    optimizer = _Optimizer(case["optimizer"], model.parameters(), case["lr"])
+    steps = []
+    for micro_batches in case["steps"]:
+        before, twin_before = len(calls), len(twin_calls)
+        fn(ddp, optimizer, [(xs[rank], ys[rank]) for xs, ys in micro_batches])
+        xs, ys = micro_batches[0]
+        F.cross_entropy(twin(xs[rank]), ys[rank]).backward()
+        twin.zero_grad()
+        steps.append({"params": [p.detach().clone() for p in model.parameters()],
+                      "calls": len(calls) - before, "per_backward": len(twin_calls) - twin_before})
+    return steps
+
+
+def _ddp_train_case(rank, m, fn, case, index):
+    """The learner's ddp_train on a model and data set of ours. Its init_process_group gets
+    this case's rendezvous and the short timeout."""
+    import torch.distributed as dist
+    from torch.utils.data import TensorDataset
+
+    real = dist.init_process_group
+
+    def init_process_group(backend=None, *args, **kwargs):
+        kwargs.pop("store", None)
+        kwargs.update(init_method=f"file://{_store_path(index)}",
+                      timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
+        real(backend, **kwargs)
+        _GROUPS.append(dist.group.WORLD)
+
+    model = _net(case["spec"], case["spec"]["seed"])
+    dist.init_process_group = init_process_group
+    try:
+        fn(rank, m, model, TensorDataset(case["x"], case["y"]), epochs=case["epochs"],
+           batch_size=case["batch_size"], lr=case["lr"])
+    finally:
+        dist.init_process_group = real
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+RUNNERS = {"sync": _sync_case, "broadcast": _broadcast_case, "wrapper": _wrapper_case,
+           "accumulate": _accumulate_case}
+
+
+def _entries(results: list, index: int, m: int) -> list:
+    """Case `index`'s entry of each of its m ranks."""
+    return [r[index] if index < len(r) and r[index] is not None else ("broken", "stopped early")
+            for r in results[:m]]
+
+
+def _check_params(got: list, want: list, where: str, rank: int, names: list) -> None:
+    if not isinstance(got, list) or len(got) != len(want):
+        raise AssertionError(f"{where}: rank {rank}: the model lost or gained parameters")
+    for name, g, w in zip(names, got, want, strict=True):
+        check_close(g.numpy(), w.numpy(), f"{where}: rank {rank}",
+                    f"{name} (expected: single-process training on the whole batch)",
+                    rtol=RTOL, atol=ATOL)
+
+
+def _param_names(spec: dict) -> list[str]:
+    return [name for name, _ in _net(spec, 0).named_parameters()]
+
+
+def _world_sizes(rng) -> list[int]:
+    """2 first (the smallest case that can be wrong), then 4, 3, 1 in random order."""
+    return [2] + [int(m) for m in rng.permutation([4, 3, 1])]
+
+
+# ---------------------------------------------------------------- section 1
+
+
+@exercise
+def sync_sgd_step(fn, rng):
+    from distlab import require_filled
+
+    require_filled(fn)
+    cases = []
+    for m in _world_sizes(rng):
+        spec = _spec(rng, frozen=False)
+        cases.append({"world_size": m, "spec": spec, "lr": float(rng.uniform(0.1, 0.5)),
+                      "batches": _batches(rng, spec, m, 3)})
+    results = on_ranks(_cases_harness, fn, RANKS, "sync", cases)
+    for index, case in enumerate(cases):
+        m, spec = case["world_size"], case["spec"]
+        where = f"world_size={m}, lr={case['lr']:.3g}"
+        entries = _entries(results, index, m)
+        first_rank_failure(where, entries)
+        oracle = _single_process(spec, case["batches"], "SGD", case["lr"])
+        for step, want in enumerate(oracle):
+            for rank, (_, history) in enumerate(entries):
+                _check_params(history[step], want, f"{where}, step {step + 1}", rank,
+                              _param_names(spec))
+
+
+@exercise
+def broadcast_parameters(fn, rng):
+    from distlab import require_filled
+
+    require_filled(fn)
+    cases = [{"world_size": m, "spec": _spec(rng)} for m in _world_sizes(rng)]
+    results = on_ranks(_cases_harness, fn, RANKS, "broadcast", cases)
+    for index, case in enumerate(cases):
+        m, spec = case["world_size"], case["spec"]
+        where = f"world_size={m}, every rank's model built from its own seed"
+        entries = _entries(results, index, m)
+        first_rank_failure(where, entries)
+        model = _net(spec, spec["seed"])
+        names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
+        want = [t.detach() for t in list(model.parameters()) + list(model.buffers())]
+        for rank, (_, state) in enumerate(entries):
+            if len(state) != len(want):
+                raise AssertionError(f"{where}: rank {rank}: the model lost or gained tensors")
+            for name, g, w in zip(names, state, want, strict=True):
+                kind = "buffer" if name in dict(model.named_buffers()) else "parameter"
+                check_close(g.numpy(), w.numpy(), f"{where}: rank {rank}",
+                            f"{kind} {name} (expected: rank 0's)", rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- section 2
+
+
+def _ddp_oracle(case: dict, m: int) -> list:
+    """Single-process SGD on the batches DDP's ranks draw together: each epoch, every rank's
+    DistributedSampler (shuffled, padded, epoch set) cut into batches; step i is batch i of
+    every rank, concatenated."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data.distributed import DistributedSampler
+
+    model = _net(case["spec"], case["spec"]["seed"])
+    optimizer = _Optimizer("SGD", model.parameters(), case["lr"])
+    size, batch = len(case["y"]), case["batch_size"]
+    for epoch in range(case["epochs"]):
+        orders = []
+        for rank in range(m):
+            sampler = DistributedSampler(range(size), num_replicas=m, rank=rank)
+            sampler.set_epoch(epoch)
+            orders.append(list(sampler))
+        for start in range(0, len(orders[0]), batch):
+            rows = torch.tensor([i for order in orders for i in order[start:start + batch]])
+            F.cross_entropy(model(case["x"][rows]), case["y"][rows]).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@exercise
+def ddp_train(fn, rng):
+    import torch
+
+    from distlab import require_filled
+
+    require_filled(fn)
+    cases = []
+    for m in [3] + [int(v) for v in rng.permutation([4, 2, 1])]:
+        spec = _spec(rng, tied=False, frozen=False)
+        size = int(rng.integers(3, 6)) * m + (int(rng.integers(1, m)) if m > 1 else 0)
+        cases.append({"world_size": m, "spec": spec, "epochs": 2,
+                      "batch_size": int(rng.integers(2, 4)), "lr": float(rng.uniform(0.2, 0.5)),
+                      "x": torch.from_numpy(rng.standard_normal((size, spec["sizes"][0]))),
+                      "y": torch.from_numpy(rng.integers(0, spec["sizes"][-1], size))})
+    results = on_ranks(_cases_harness, fn, RANKS, "ddp_train", cases)
+    for index, case in enumerate(cases):
+        m, size = case["world_size"], len(case["y"])
+        padded = f" (not a multiple of {m}: the sampler pads)" if size % m else ""
+        where = (f"world_size={m}, {size} samples{padded}, batch_size={case['batch_size']}, "
+                 f"epochs={case['epochs']}")
+        entries = _entries(results, index, m)
+        first_rank_failure(where, entries)
+        want = _ddp_oracle(case, m)
+        for rank, (_, params) in enumerate(entries):
+            _check_params(params, want, where, rank, _param_names(case["spec"]))
+
+
+# ---------------------------------------------------------------- section 3
+
+
+def _trainable_numels(spec: dict) -> list[int]:
+    """Elements of each parameter an all-reduce must cover, in model.parameters() order."""
+    return [p.numel() for p in _net(spec, 0).parameters() if p.requires_grad]
+
+
+def _bucket_numels(numels: list[int], limit_bytes: float, itemsize: int = 8) -> list[int]:
+    """The buckets of section 3c: parameters from last to first, a bucket closed when the next
+    one would take it past the limit (a parameter larger than the limit alone)."""
+    buckets, current, size = [], 0, 0
+    for n in reversed(numels):
+        if current and size + n * itemsize > limit_bytes:
+            buckets.append(current)
+            current, size = 0, 0
+        current += n
+        size += n * itemsize
+    return buckets + ([current] if current else [])
+
+
+def _telling_limit(numels: list[int], rng) -> float | None:
+    """A bucket limit (bytes) under which buckets filled first-to-last would differ from
+    last-to-first, or None."""
+    limits = [8 * n + 4 for n in sorted(set(np.cumsum(numels).tolist() + numels))]
+    rng.shuffle(limits)
+    for limit in limits:
+        backward = sorted(_bucket_numels(numels, limit))
+        forward = sorted(_bucket_numels(list(reversed(numels)), limit))
+        if backward != forward:
+            return float(limit)
+    return None
+
+
+def _wrapper_cases(rng, buckets: bool) -> list:
+    cases = []
+    for index, m in enumerate(_world_sizes(rng)):
+        spec, limit = _spec(rng), None
+        numels = _trainable_numels(spec)
+        if buckets:
+            limit = _telling_limit(numels, rng) if index == 0 else None
+            while index == 0 and limit is None:
+                spec = _spec(rng)
+                numels = _trainable_numels(spec)
+                limit = _telling_limit(numels, rng)
+            limit = limit or float([4, 8 * sum(numels) * 2,
+                                    8 * int(rng.integers(min(numels), sum(numels)))][index % 3])
+        cases.append({"world_size": m, "spec": spec, "lr": float(rng.uniform(0.05, 0.3)),
+                      "optimizer": "SGD" if index % 2 == 0 else "AdamW",
+                      "bucket_mb": None if limit is None else limit / 2**20,
+                      "batches": _batches(rng, spec, m, 3)})
+    return cases
+
+
+def _check_wrapper(cls, rng, buckets: bool) -> None:
+    from distlab import require_filled
+
+    require_filled(cls)
+    cases = _wrapper_cases(rng, buckets)
+    results = on_ranks(_cases_harness, cls, RANKS, "wrapper", cases)
+    for index, case in enumerate(cases):
+        m, spec = case["world_size"], case["spec"]
+        where = f"world_size={m}, {case['optimizer']}"
+        if buckets:
+            where += f", bucket_size_mb={case['bucket_mb']:.3g}"
+        entries = _entries(results, index, m)
+        first_rank_failure(where, entries)
+        oracle = _single_process(spec, case["batches"], case["optimizer"], case["lr"])
+        numels = _trainable_numels(spec)
+        expected = sorted(_bucket_numels(numels, case["bucket_mb"] * 2**20) if buckets
+                          else numels)
+        for step, want in enumerate(oracle):
+            here = f"{where}, step {step + 1}"
+            for rank, (_, steps) in enumerate(entries):
+                _check_params(steps[step]["params"], want, here, rank, _param_names(spec))
+        for rank, (_, steps) in enumerate(entries):
+            for step, record in enumerate(steps):
+                here = f"{where}, step {step + 1}: rank {rank}"
+                got = sorted(record["numels"])
+                if got != expected:
+                    what = ("buckets filled from the last parameter to the first" if buckets
+                            else "one per trainable parameter, each tied one once")
+                    raise AssertionError(f"{here} all-reduced tensors of {fmt(got, 12)} "
+                                         f"elements; expected {fmt(expected, 12)} ({what})")
+                if m > 1 and record["during_backward"] != len(got):
+                    raise AssertionError(f"{here}: {record['during_backward']} of its "
+                                         f"{len(got)} all-reduces had started when backward "
+                                         "returned; each should start during backward, as "
+                                         "soon as its gradients are ready")
+
+
+@exercise
+def DDPIndividualParameters(cls, rng):  # registered under the class's name
+    _check_wrapper(cls, rng, buckets=False)
+
+
+@exercise
+def DDPBucketed(cls, rng):  # registered under the class's name
+    _check_wrapper(cls, rng, buckets=True)
+
+
+# ---------------------------------------------------------------- section 4
+
+
+@exercise
+def accumulated_step(fn, rng):
+    from distlab import require_filled
+
+    require_filled(fn)
+    cases = []
+    for index, m in enumerate(_world_sizes(rng)):
+        spec = _spec(rng, tied=False, frozen=False)
+        k = [3, 4, 2, 1][index]
+        batches = _batches(rng, spec, m * k, 2)  # per step: m * k micro-batches of one size
+        steps = [[([xs[r * k + j] for r in range(m)], [ys[r * k + j] for r in range(m)])
+                  for j in range(k)] for xs, ys in batches]
+        cases.append({"world_size": m, "k": k, "spec": spec,
+                      "optimizer": "SGD" if index % 2 == 0 else "AdamW",
+                      "lr": float(rng.uniform(0.1, 0.4)), "steps": steps,
+                      "whole": [(xs, ys) for xs, ys in batches]})
+    for case in cases:  # what goes to the ranks: the micro-batches only
+        whole = case.pop("whole")
+        case["oracle"] = _single_process(case["spec"], whole, case["optimizer"], case["lr"])
+    results = on_ranks(_cases_harness, fn, RANKS, "accumulate",
+                       [{k: v for k, v in c.items() if k != "oracle"} for c in cases])
+    for index, case in enumerate(cases):
+        m, k = case["world_size"], case["k"]
+        where = f"world_size={m}, {k} micro-batches per step, {case['optimizer']}"
+        entries = _entries(results, index, m)
+        first_rank_failure(where, entries)
+        for step, want in enumerate(case["oracle"]):
+            here = f"{where}, step {step + 1}"
+            for rank, (_, steps) in enumerate(entries):
+                _check_params(steps[step]["params"], want, here, rank,
+                              _param_names(case["spec"]))
+        for rank, (_, steps) in enumerate(entries):
+            for step, record in enumerate(steps):
+                if record["calls"] != record["per_backward"]:
+                    raise AssertionError(
+                        f"{where}, step {step + 1}: rank {rank}: DDP all-reduced "
+                        f"{record['calls']} bucket(s) in the step; one backward's worth is "
+                        f"{record['per_backward']}")
+
+
+# ---------------------------------------------------------------- section 5
+
+
+def _ps_harness(rank, n, cls, cases):
+    """Replay each case's arrival order on the learner's server; a worker's gradient is
+    computed when it pushes (while the others were pushing), from what it pulled."""
+    import torch
+
+    results = []
+    for case in cases if rank == 0 else []:  # one rank is enough; the others keep the set warm
+        try:
+            server = cls(case["params"].clone(), case["lr"])
+            held, versions, returned, history = {}, [], [], []
+            for kind, worker in case["events"]:
+                if kind == "pull":
+                    weights, version = server.pull()
+                    held[worker] = (weights, version)
+                    versions.append(int(version))
+                else:
+                    weights, version = held[worker]
+                    grad = case["H"][worker] @ weights - case["c"][worker]
+                    returned.append(int(server.push(grad, version)))
+                    history.append(torch.as_tensor(server.params).detach().clone())
+            results.append(("ok", {"versions": versions, "returned": returned,
+                                   "recorded": [int(s) for s in server.staleness],
+                                   "history": history, "version": int(server.version)}))
+        except Exception as err:  # noqa: BLE001 - the learner's code failed: the verdict
+            results.append(rank_failure(err, "raised"))
+            break
+    return results
+
+
+def _arrivals(rng, workers: int, rounds: int) -> list:
+    """A random arrival order: each worker pulls, pushes, pulls, ... `rounds` times."""
+    left = {w: 2 * rounds for w in range(workers)}
+    events = []
+    while any(left.values()):
+        w = int(rng.choice([w for w, k in left.items() if k]))
+        events.append(("pull" if left[w] % 2 == 0 else "push", w))
+        left[w] -= 1
+    return events
+
+
+def _ps_replay(case: dict) -> dict:
+    """The oracle, in numpy: snapshots on pull, staleness = updates since the pull."""
+    w = case["params"].numpy().copy()
+    H = [h.numpy() for h in case["H"]]
+    c = [v.numpy() for v in case["c"]]
+    version, held = 0, {}
+    out = {"versions": [], "staleness": [], "history": []}
+    for kind, worker in case["events"]:
+        if kind == "pull":
+            held[worker] = (w.copy(), version)
+            out["versions"].append(version)
+        else:
+            snapshot, pulled = held[worker]
+            out["staleness"].append(version - pulled)
+            w = w - case["lr"] * (H[worker] @ snapshot - c[worker])
+            version += 1
+            out["history"].append(w.copy())
+    return out
+
+
+@exercise
+def ParameterServer(cls, rng):  # registered under the class's name
+    import torch
+
+    from distlab import require_filled
+
+    require_filled(cls)
+    cases = []
+    for workers in (2, 1, 3, 4):
+        d = int(rng.integers(2, 5))
+        H = []
+        for _ in range(workers):
+            a = rng.standard_normal((d, d))
+            H.append(torch.from_numpy(a @ a.T / d + 0.5 * np.eye(d)))
+        cases.append({"workers": workers, "events": _arrivals(rng, workers, 3),
+                      "params": torch.from_numpy(rng.standard_normal(d)),
+                      "lr": float(rng.uniform(0.05, 0.3)), "H": H,
+                      "c": [torch.from_numpy(rng.standard_normal(d)) for _ in range(workers)]})
+    results = on_ranks(_ps_harness, cls, RANKS, cases)[0]
+    for index, case in enumerate(cases):
+        names = "ABCD"
+        story = " ".join(f"{names[w]}:{kind}" for kind, w in case["events"])
+        where = f"{case['workers']} worker(s), arrivals {story}"
+        if index >= len(results):
+            return
+        if results[index][0] != "ok":
+            raise AssertionError(f"{where}: {results[index][1]}")
+        got, want = results[index][1], _ps_replay(case)
+        if got["versions"] != want["versions"]:
+            raise AssertionError(f"{where}: the pulls returned versions {got['versions']}, "
+                                 f"expected {want['versions']} (the updates applied so far)")
+        for push, (mine, right) in enumerate(zip(got["returned"], want["staleness"],
+                                                 strict=True)):
+            if mine != right:
+                raise AssertionError(f"{where}: push {push + 1} returned staleness {mine}, "
+                                     f"expected {right}")
+        if got["recorded"] != want["staleness"]:
+            raise AssertionError(f"{where}: .staleness is {got['recorded']}, expected "
+                                 f"{want['staleness']}")
+        for push, (mine, right) in enumerate(zip(got["history"], want["history"], strict=True)):
+            check_close(mine.numpy(), right, f"{where}: after push {push + 1}",
+                        "the server's weights", rtol=1e-9, atol=1e-12)
+        if got["version"] != len(want["history"]):
+            raise AssertionError(f"{where}: .version is {got['version']} after "
+                                 f"{len(want['history'])} pushes")

@@ -1,0 +1,400 @@
+"""Notebook 03 (data parallel): do the reference answers pass their hidden tests, do answers with
+one wrong blank fail them, do other correct answers pass, and do the notebook's helpers (the
+instruments on the ranks, the pictures) do what the notebook says?
+
+Run: .venv/bin/python -m pytest tests/test_data_parallel.py -q   (about a minute on 2 cores;
+most of it real gloo ranks)
+"""
+
+import linecache
+import time
+import warnings
+
+import matplotlib
+import numpy as np
+import pytest
+
+from autograder import diagnose, exercises, grade_cell, reference
+from autograder.definitions import functions
+from autograder.exercises import data_parallel as hidden
+
+matplotlib.use("Agg")
+
+ASSIGNMENT = "03_data_parallel"
+UNITS = ["sync_sgd_step", "broadcast_parameters", "ddp_train", "DDPIndividualParameters",
+         "DDPBucketed", "accumulated_step", "ParameterServer"]
+
+# One or more plausible mistakes per blank: (unit, blank number, what a learner might write).
+WRONG = [
+    ("sync_sgd_step", 1, "dist.all_reduce(p.grad, op=dist.ReduceOp.MAX)"),
+    ("sync_sgd_step", 1, "dist.all_reduce(p, op=dist.ReduceOp.SUM)"),  # the weights, not grads
+    ("sync_sgd_step", 2, "1"),  # forgot to average
+    ("sync_sgd_step", 3, "p.grad"),  # no learning rate
+    ("broadcast_parameters", 1, "module.parameters()"),  # buffers left behind
+    ("broadcast_parameters", 2, "dist.all_reduce(tensor)"),
+    ("ddp_train", 1, '"nccl"'),  # the seed's answer: no GPU here
+    ("ddp_train", 2, "model"),  # no wrapper: nobody averages
+    ("ddp_train", 2, "DDP(model, device_ids=[rank])"),  # the seed's answer: not on CPU
+    ("ddp_train", 3, "None"),
+    ("ddp_train", 3, "DistributedSampler(dataset, num_replicas=world_size, rank=0)"),
+    ("ddp_train", 3, "DistributedSampler(dataset, shuffle=False)"),
+    ("ddp_train", 4, "True"),
+    ("ddp_train", 5, "sampler.set_epoch(0)"),
+    ("ddp_train", 5, "pass"),
+    ("DDPIndividualParameters", 1, "p.register_hook(self._gradient_ready)"),
+    ("DDPIndividualParameters", 2, "dist.all_reduce(param.grad)"),  # blocks, returns None
+    ("DDPIndividualParameters", 2, "dist.all_reduce(param.grad.clone(), async_op=True)"),
+    ("DDPIndividualParameters", 3, "pass"),  # never waits
+    ("DDPBucketed", 1, "params"),  # buckets in forward order
+    ("DDPBucketed", 2, "[1] * len(self.buckets)"),
+    ("DDPBucketed", 3, "self._arrived[index] == 1"),  # before the bucket is complete
+    ("DDPBucketed", 3, "self._arrived[index] > len(bucket)"),  # never
+    ("DDPBucketed", 4, "torch.cat([p.flatten() for p in bucket])"),  # the weights
+    ("DDPBucketed", 5, "dist.all_reduce(flat)"),
+    ("DDPBucketed", 6, "pass"),  # never waits
+    ("DDPBucketed", 7, "p.copy_(piece.view_as(p))"),  # into the weights
+    ("DDPBucketed", 7, "pass"),
+    ("accumulated_step", 1, "True"),  # every micro-batch communicates (counted)
+    ("accumulated_step", 1, "i == 0"),
+    ("accumulated_step", 2, "F.cross_entropy(model(x), y)"),  # k times too large
+    ("ParameterServer", 1, "self.params"),  # a reference: changes under the worker
+    ("ParameterServer", 2, "version - self.version"),
+    ("ParameterServer", 2, "0"),
+    ("ParameterServer", 3, "grad"),
+]
+
+# Other correct answers: they must earn the points.
+RIGHT = [
+    ("sync_sgd_step", 1, "dist.all_reduce(p.grad)"),
+    ("sync_sgd_step", 2, "dist.get_world_size()"),
+    ("broadcast_parameters", 1, "module.state_dict().values()"),
+    ("broadcast_parameters", 2, "dist.broadcast(tensor.data, 0)"),
+    ("ddp_train", 1, "dist.Backend.GLOO"),
+    ("ddp_train", 3, "DistributedSampler(dataset)"),
+    ("ddp_train", 4, "None"),
+    ("DDPIndividualParameters", 2,
+     "dist.all_reduce(param.grad, op=dist.ReduceOp.SUM, async_op=True)"),
+    ("DDPBucketed", 1, "params[::-1]"),
+    ("DDPBucketed", 3, "self._arrived[index] >= len(bucket)"),
+    ("DDPBucketed", 4, "torch._utils._flatten_dense_tensors([p.grad for p in bucket])"),
+    ("DDPBucketed", 7, "p.grad.copy_(piece.reshape(p.grad.shape))"),
+    ("accumulated_step", 1, "i + 1 == len(micro_batches)"),
+    ("ParameterServer", 1, "self.params.detach().clone()"),
+    ("ParameterServer", 3, "grad * self.lr"),
+]
+
+
+def variant(name: str, number: int, answer: str):
+    """The reference `name` with blank `number` answered `answer`, defined like a notebook cell
+    (its source readable through linecache, for the diagnosis)."""
+    _, cell, blanks = reference.locate(name)
+    blank = blanks[number - 1]
+    lines = cell.source.split("\n")
+    code, marker = lines[blank.line - 1].split("# BLANK", 1)
+    assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {code!r}"
+    lines[blank.line - 1] = code.replace(blank.answer, answer) + "# BLANK" + marker
+    source = "\n".join(lines)
+    filename = f"<variant-{name}-{number}-{abs(hash(answer))}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = dict(vars(reference.module(ASSIGNMENT)))
+    namespace["__name__"] = "__main__"  # like a cell: shipped to the ranks by value
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+def fails(name: str, fn, seed: int = 0) -> str:
+    """The hidden test's complaint about fn, or '' if it passes."""
+    try:
+        exercises.test_for(name)(fn, np.random.default_rng(seed))
+    except AssertionError as err:
+        return str(err) or "AssertionError"
+    except Exception as err:  # a crash of the learner's code is a failure too
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ranks_stopped_at_the_end():
+    yield
+    import distlab
+
+    distlab.shutdown()
+
+
+# ---------------------------------------------------------------- the references
+
+
+@pytest.mark.parametrize("name", UNITS)
+def test_reference_passes_its_hidden_test(name, capfd):
+    """Does the solved answer pass its hidden test on real ranks, writing nothing to stderr?"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fails(name, reference.reference(name)) == ""
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("name", ["DDPBucketed", "ParameterServer", "sync_sgd_step"])
+def test_reference_passes_under_other_seeds(name):
+    """Does it pass for other students' seeds too (other models, bucket sizes, arrivals)?"""
+    for seed in (1, 12345):
+        assert fails(name, reference.reference(name), seed) == "", seed
+
+
+def test_every_unit_has_a_hidden_test_and_points_equal_blanks():
+    """Is every solution cell graded by a test cell worth one point per blank, about 15-25
+    blanks in all, and is every blank covered by a wrong variant above?"""
+    from autograder import solved
+
+    nb = solved.load(ASSIGNMENT)
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    names, total = [], 0
+    for cell, blanks in solved.solution_cells(ASSIGNMENT):
+        (name,) = functions(cell.source)
+        names.append(name)
+        assert points[f"{name}_tests"] == len(blanks), name
+        exercises.test_for(name)
+        total += len(blanks)
+        covered = {number for unit, number, _ in WRONG if unit == name}
+        assert covered == {b.number for b in blanks}, name
+    assert names == UNITS
+    assert 15 <= total <= 25
+
+
+def test_no_hint_holds_its_answer():
+    """Does no hint spell out the code that goes in its blank?"""
+    for name in UNITS:
+        for blank in reference.locate(name)[2]:
+            assert blank.answer not in blank.hint, (name, blank.number)
+
+
+# ---------------------------------------------------------------- wrong and right answers
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), WRONG,
+                         ids=[f"{n}-{k}-{w[:24]}" for n, k, w in WRONG])
+def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
+    """Does an answer with this one wrong blank fail its hidden test, with a message that names
+    the case and not the answer?"""
+    complaint = fails(name, variant(name, number, wrong))
+    assert complaint
+    answer = reference.locate(name)[2][number - 1].answer
+    if not answer.isidentifier():  # a bare name (world_size) may be part of the case's text
+        assert answer not in complaint
+
+
+@pytest.mark.parametrize(("name", "number", "right"), RIGHT,
+                         ids=[f"{n}-{k}-{r[:24]}" for n, k, r in RIGHT])
+def test_another_correct_answer_passes(name, number, right):
+    """Does another correct way of writing the blank pass the hidden test?"""
+    assert fails(name, variant(name, number, right)) == ""
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), [
+    ("DDPBucketed", 1, "params"),  # right values, wrong buckets: found by the sizes
+    ("ParameterServer", 2, "version - self.version"),
+    ("accumulated_step", 1, "True"),  # right values, k times the communication
+])
+def test_grading_names_the_wrong_blank(name, number, wrong):
+    """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
+    cls = variant(name, number, wrong)
+
+    def make(source):
+        return cls if source is None else diagnose.rebuild(cls, source)
+
+    earned, possible, report = grade_cell.assess(name, diagnose.source_of(cls), make)
+    assert earned == possible - 1, report
+    (line,) = [line for line in report if "looks wrong" in line]
+    assert f"[{number}]" in line and line.count("[") == 1, report
+
+
+def test_a_rank_that_hangs_fails_one_case_in_seconds():
+    """Does a bucketed DDP in which one rank never starts its all-reduces fail on the ranks'
+    short timeout (not the launcher's), saying that a rank waited for a message?"""
+    stuck = variant("DDPBucketed", 3,
+                    "self._arrived[index] == len(bucket) and dist.get_rank() != 1")
+    start = time.monotonic()
+    complaint = fails("DDPBucketed", stuck)
+    assert "never came" in complaint, complaint
+    assert time.monotonic() - start < 15
+
+
+def test_a_broken_broadcast_does_not_cost_the_ddp_classes():
+    """With a wrong broadcast_parameters in the notebook, do both DDP classes still pass (their
+    tests put a correct one in its place)?"""
+    for name in ("DDPIndividualParameters", "DDPBucketed"):
+        broken = variant(name, 1, reference.locate(name)[2][0].answer)  # a copy of its own
+        assert "broadcast_parameters" in broken.__init__.__globals__
+        broken.__init__.__globals__["broadcast_parameters"] = lambda module: None
+        assert fails(name, broken) == ""
+
+
+def solved_cells(edit=None) -> list[str]:
+    """The code cells of the solved notebook, as the judge reads a submission."""
+    from autograder import solved
+
+    cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
+    return [edit(c) if edit else c for c in cells]
+
+
+def test_the_judge_gives_the_solved_notebook_full_points(monkeypatch):
+    """Graded by the judge (the learner's code in a separate runner process, only plain values
+    coming back), does every unit of the solved notebook earn every point?"""
+    from autograder import judge
+    from autograder.judge import sandbox
+
+    monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
+    results = judge.verdicts(solved_cells(), [(name, None) for name in UNITS], "test")
+    for name, (earned, possible, report) in zip(UNITS, results, strict=True):
+        assert earned == possible > 0, (name, report)
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), [
+    ("DDPBucketed", 6, "pass"),  # a class, on ranks in the judge's runner
+    ("ddp_train", 5, "sampler.set_epoch(0)"),  # a rank function that makes its own group
+])
+def test_the_judge_names_a_wrong_blank(name, number, wrong, monkeypatch):
+    """Under the judge, does one wrong blank cost exactly its point, and is it named?"""
+    from autograder import judge
+    from autograder.judge import sandbox
+
+    monkeypatch.setattr(sandbox, "available", lambda: False)
+    blank = reference.locate(name)[2][number - 1]
+
+    def edit(code):
+        if f" {name}(" not in code.split("\n")[0]:
+            return code
+        lines = code.split("\n")
+        row = next(i for i, line in enumerate(lines) if "BLANK" in line and blank.hint in line)
+        lines[row] = lines[row].replace(blank.answer, wrong, 1)
+        return "\n".join(lines)
+
+    [(earned, possible, report)] = judge.verdicts(solved_cells(edit), [(name, None)], "test")
+    assert earned == possible - 1, report
+    assert f"looks wrong: [{number}]" in "\n".join(report), report
+
+
+# ---------------------------------------------------------------- the hidden tests' own parts
+
+
+def test_the_ranks_optimizers_are_torch_optims():
+    """Do the small SGD and AdamW the ranks use compute what torch.optim's do?"""
+    import torch
+
+    spec = {"sizes": [3, 4, 4, 4, 2], "tied": True, "frozen": [(0, "bias")], "seed": 7}
+    rng = np.random.default_rng(0)
+    batches = hidden._batches(rng, spec, 2, 3)
+    for kind, cls in (("SGD", torch.optim.SGD), ("AdamW", torch.optim.AdamW)):
+        mine = hidden._single_process(spec, batches, kind, 0.1)
+        model = hidden._net(spec, spec["seed"])
+        optimizer = cls(model.parameters(), lr=0.1, **({"weight_decay": 0.01}
+                                                       if kind == "AdamW" else {}))
+        for step, (xs, ys) in enumerate(batches):
+            torch.nn.functional.cross_entropy(model(torch.cat(xs)), torch.cat(ys)).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            for a, b in zip(mine[step], model.parameters(), strict=True):
+                assert torch.allclose(a, b.detach(), rtol=1e-12, atol=1e-14), (kind, step)
+
+
+def test_buckets_follow_the_rule_of_section_3c():
+    """Are buckets filled from the last parameter, closed before they would pass the limit,
+    with a parameter larger than the limit alone?"""
+    numels = [100, 10, 40, 10, 5]  # bytes at 8 per element: 800, 80, 320, 80, 40
+    assert hidden._bucket_numels(numels, 8 * 60) == [55, 10, 100]  # 5+10+40, then 10 alone
+    assert hidden._bucket_numels(numels, 1) == [5, 10, 40, 10, 100]
+    assert hidden._bucket_numels(numels, 1e9) == [165]
+    limit = hidden._telling_limit(numels, np.random.default_rng(0))
+    assert sorted(hidden._bucket_numels(numels, limit)) != \
+        sorted(hidden._bucket_numels(numels[::-1], limit))
+
+
+def test_the_seed_facts_about_distributed_sampler():
+    """1000 samples: 250 per rank on 4 ranks; 334 on 3 (1002 indices, 2 of them padding); and
+    without set_epoch every epoch is the same order?"""
+    from torch.utils.data.distributed import DistributedSampler
+
+    assert len(DistributedSampler(range(1000), num_replicas=4, rank=0)) == 250
+    ranks = [list(DistributedSampler(range(1000), num_replicas=3, rank=r)) for r in range(3)]
+    everything = [i for r in ranks for i in r]
+    assert len(everything) == 1002 and len(set(everything)) == 1000
+    again = DistributedSampler(range(10), num_replicas=2, rank=0)
+    first = list(again)
+    assert list(again) == first
+    again.set_epoch(1)
+    assert list(again) != first
+
+
+# ---------------------------------------------------------------- distlab.data_parallel
+
+
+def _watch_on_ranks(rank, world_size, defer):
+    import torch
+    import torch.distributed as dist
+
+    from distlab.data_parallel import watch_all_reduce
+
+    with watch_all_reduce(defer=defer) as log:
+        t = torch.full((3,), rank + 1.0)
+        work = dist.all_reduce(t, async_op=True)
+        time.sleep(0.05)
+        before = t.tolist()
+        work.wait()
+        dist.all_reduce(torch.ones(5))
+    return before, t.tolist(), log.numels(), log.total_bytes(), len(log.spans())
+
+
+def test_watch_all_reduce_counts_times_and_defers():
+    """Does watch_all_reduce log every all_reduce (elements, bytes, finished spans), and with
+    defer=True hold an async result back until wait()?"""
+    from distlab import run
+
+    for defer in (False, True):
+        for before, after, numels, nbytes, spans in run(_watch_on_ranks, defer, world_size=2):
+            assert after == [3.0, 3.0, 3.0]
+            assert numels == [3, 5] and nbytes == 32 and spans == 2
+            if defer:
+                assert before != after, "a deferred result must not show before wait()"
+
+
+def test_overlap_fraction_counts_concurrent_all_reduces_once():
+    """Is the overlap the share of all-reduce time (concurrent calls counted once) inside
+    the backward?"""
+    from distlab.data_parallel import overlap_fraction
+
+    record = {"backward": (0.0, 10.0), "all_reduces": [(2, 6, 1), (4, 8, 1), (9, 13, 1)]}
+    assert overlap_fraction(record) == pytest.approx((6 + 1) / (6 + 4))
+    assert overlap_fraction({"backward": (0, 1), "all_reduces": []}) == 0.0
+
+
+def test_pictures_draw_and_describe_themselves(monkeypatch):
+    """Do the timeline, the loss curves and the sampler table draw, each with a text
+    description?"""
+    from distlab import collectives, data_parallel
+
+    described = []
+    monkeypatch.setattr(collectives, "_show", lambda fig, text: described.append(text))
+    record = {"backward": (0.0, 0.01), "wait": (0.01, 0.012),
+              "all_reduces": [(0.002, 0.004, 2**20), (0.008, 0.011, 2**21)]}
+    data_parallel.show_timeline([record, record], "a step")
+    data_parallel.show_loss_curves({"sync, 1 worker(s)": [1.0, 0.5], "async": [1.0, 0.7]})
+    data_parallel.show_sampler([[[0, 2], [1, 0]]], 3)
+    assert len(described) == 3
+    assert "overlaps backward" in described[0] and "Final losses" in described[1]
+    assert "rank 1 gets [1, 0]" in described[2]
+
+
+def test_models_and_data_are_seeded():
+    """Are mlp(), toy_model() and synthetic_digits() the same for the same seed, and is the
+    toy model what the notebook says (6 tensors to all-reduce: one frozen, one tied)?"""
+    import torch
+
+    from distlab.data_parallel import flat_params, mlp, synthetic_digits, toy_model
+
+    assert torch.equal(flat_params(mlp(seed=3)), flat_params(mlp(seed=3)))
+    assert [p.shape[0] for p in mlp().parameters()] == [256, 256, 10, 10]
+    a, b = synthetic_digits(50), synthetic_digits(50)
+    assert torch.equal(a.tensors[0], b.tensors[0]) and torch.equal(a.tensors[1], b.tensors[1])
+    model = toy_model()
+    assert len([p for p in model.parameters() if p.requires_grad]) == 6
+    assert len(list(model.named_parameters(remove_duplicate=False))) == 8
