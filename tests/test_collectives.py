@@ -4,7 +4,6 @@ one wrong blank fail them (and get that blank named), and do the notebook's own 
 Run: .venv/bin/python -m pytest tests/test_collectives.py -q   (about a minute on 2 cores)
 """
 
-import linecache
 import os
 import re
 import socket
@@ -18,13 +17,15 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import diagnose, exercises, grade_cell, reference
-from autograder.definitions import functions
+from autograder import diagnose, grade_cell, reference
 from autograder.markers import blank_source
 
 matplotlib.use("Agg")
 
+from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
+
 ASSIGNMENT = "01_collectives"
+nb = Notebook(ASSIGNMENT)
 RELEASED = Path(__file__).resolve().parents[1] / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 SIMULATED = ["ring_allreduce", "chunk_bounds", "ring_allreduce_uneven", "ring_allgather",
              "ring_reduce_scatter", "tree_broadcast", "alltoall"]
@@ -64,43 +65,6 @@ WRONG = [
 ]
 
 
-def variant(name: str, number: int, wrong: str):
-    """The reference function `name` with blank `number` answered `wrong`, defined like a
-    notebook cell (its source readable through linecache, for the diagnosis)."""
-    _, cell, blanks = reference.locate(name)
-    blank = blanks[number - 1]
-    lines = cell.source.split("\n")
-    line = lines[blank.line - 1]
-    code, marker = line.split("# BLANK", 1)
-    assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {line!r}"
-    lines[blank.line - 1] = code.replace(blank.answer, wrong) + "# BLANK" + marker
-    source = "\n".join(lines)
-    filename = f"<variant-{name}-{number}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = dict(vars(reference.module(ASSIGNMENT)))
-    namespace["__name__"] = "__main__"  # like a cell: shipped to the ranks by value
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace[name]
-
-
-def fails(name: str, fn, seed: int = 0) -> str:
-    """The hidden test's complaint about fn, or '' if it passes."""
-    try:
-        exercises.test_for(name)(fn, np.random.default_rng(seed))
-    except AssertionError as err:
-        return str(err) or "AssertionError"
-    except Exception as err:  # a crash of the learner's code is a failure too
-        return f"{type(err).__name__}: {err}"
-    return ""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ranks_stopped_at_the_end():
-    yield
-    import distlab
-
-    distlab.shutdown()
-
 
 # ---------------------------------------------------------------- references pass
 
@@ -130,19 +94,7 @@ def test_reference_passes_its_hidden_test_on_real_ranks(name, seed, capfd):
 
 def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
     """Is every solution cell graded by a test cell worth one point per blank?"""
-    from autograder import solved
-
-    nb = solved.load(ASSIGNMENT)
-    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
-              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    names = []
-    for cell, blanks in solved.solution_cells(ASSIGNMENT):
-        (name,) = functions(cell.source)
-        names.append(name)
-        assert points[f"{name}_tests"] == len(blanks), name
-        exercises.test_for(name)
-    assert sorted(names) == sorted(SIMULATED + REAL_RANKS)
-    assert len(blank_source(reference.locate("ring_allreduce")[1].source)[1]) == 5
+    assert sorted(nb.graded_units()) == sorted(SIMULATED + REAL_RANKS)
 
 
 # ---------------------------------------------------------------- one wrong blank fails
@@ -153,7 +105,7 @@ def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
 def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
     """Does an answer with this one wrong blank fail its hidden test, with a message that names
     the case and not the answer?"""
-    complaint = fails(name, variant(name, number, wrong))
+    complaint = fails(name, nb.variant(name, number, wrong))
     assert complaint
     answer = reference.locate(name)[2][number - 1].answer
     assert answer not in complaint
@@ -174,7 +126,7 @@ def test_every_blank_has_a_wrong_variant():
                          ids=lambda v: str(v))
 def test_grading_names_the_wrong_blank(name, number, wrong):
     """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
-    fn = variant(name, number, wrong)
+    fn = nb.variant(name, number, wrong)
 
     def make(source):
         return fn if source is None else diagnose.rebuild(fn, source)
@@ -184,13 +136,6 @@ def test_grading_names_the_wrong_blank(name, number, wrong):
     (line,) = [line for line in report if "looks wrong" in line]
     assert f"[{number}]" in line and line.count("[") == 1, report
 
-
-def solved_cells(edit=None) -> list[str]:
-    """The code cells of the solved notebook, as the judge reads a submission."""
-    from autograder import solved
-
-    cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
-    return [edit(c) if edit else c for c in cells]
 
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
@@ -216,7 +161,7 @@ def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong
         lines[row] = lines[row].replace(blank.answer, wrong, 1)
         return "\n".join(lines)
 
-    [(earned, possible, report)] = judge.verdicts(solved_cells(edit), [(name, None)], "test")
+    [(earned, possible, report)] = judge.verdicts(nb.solved_cells(edit), [(name, None)], "test")
     assert earned == possible - 1, report
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 
@@ -225,7 +170,7 @@ def test_a_hanging_ring_fails_in_seconds_and_says_it_hung():
     """Does a ring that deadlocks (every rank first blocks in a send) fail on the ranks' own
     short timeout (not the launcher's long one), saying that a rank waited for a message that
     never came?"""
-    complaint = fails("ring_allreduce_p2p", variant("ring_allreduce_p2p", 3, "send"))
+    complaint = fails("ring_allreduce_p2p", nb.variant("ring_allreduce_p2p", 3, "send"))
     assert "never came" in complaint, complaint
 
 
@@ -255,7 +200,7 @@ def ring_allreduce_p2p(rank, world_size, tensor, op="sum"):
 
 def test_monitored_barrier_counts_as_the_barrier():
     """Does `dist.monitored_barrier()`, a valid gloo barrier, earn the barrier blank?"""
-    assert fails("hello_allreduce", variant("hello_allreduce", 3, "monitored_barrier")) == ""
+    assert fails("hello_allreduce", nb.variant("hello_allreduce", 3, "monitored_barrier")) == ""
 
 
 def test_a_broken_chunk_bounds_does_not_cost_the_exercises_that_use_it():

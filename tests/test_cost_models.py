@@ -13,13 +13,15 @@ import matplotlib
 import numpy as np
 import pytest
 
-from autograder import diagnose, exercises, grade_cell, reference
-from autograder.definitions import functions
+from autograder import diagnose, grade_cell, reference
 from autograder.markers import blank_source
 
 matplotlib.use("Agg")
 
+from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
+
 ASSIGNMENT = "02_cost_models"
+nb = Notebook(ASSIGNMENT)
 NAMES = ["allreduce_time_ring", "allreduce_time_tree", "allreduce_time_one",
          "ring_tree_crossover", "bus_bandwidth", "fit_alpha_beta", "flat_ring_time",
          "hierarchical_allreduce_time", "iteration_costs", "cheapest_layout"]
@@ -118,36 +120,6 @@ RIGHT = [
 ]
 
 
-def variant(name: str, answers: dict[int, str]):
-    """The reference function `name` with blanks answered by `answers`, defined like a
-    notebook cell (its source readable through linecache, for the diagnosis)."""
-    _, cell, blanks = reference.locate(name)
-    lines = cell.source.split("\n")
-    for number, answer in answers.items():
-        blank = blanks[number - 1]
-        line = lines[blank.line - 1]
-        code, marker = line.split("# BLANK", 1)
-        assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {line!r}"
-        lines[blank.line - 1] = code.replace(blank.answer, answer) + "# BLANK" + marker
-    source = "\n".join(lines)
-    filename = f"<variant-{name}-{sorted(answers.items())}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = dict(vars(reference.module(ASSIGNMENT)))
-    namespace["__name__"] = "__main__"
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace[name]
-
-
-def fails(name: str, fn, seed: int = 0) -> str:
-    """The hidden test's complaint about fn, or '' if it passes."""
-    try:
-        exercises.test_for(name)(fn, np.random.default_rng(seed))
-    except AssertionError as err:
-        return str(err) or "AssertionError"
-    except Exception as err:  # a crash of the learner's code is a failure too
-        return f"{type(err).__name__}: {err}"
-    return ""
-
 
 # ---------------------------------------------------------------- references pass
 
@@ -165,32 +137,9 @@ def test_reference_passes_its_hidden_test(name, seed, capfd):
 
 def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
     """Is every solution cell graded by a test cell worth one point per blank?"""
-    from autograder import solved
-
-    nb = solved.load(ASSIGNMENT)
-    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
-              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    names = []
-    for cell, blanks in solved.solution_cells(ASSIGNMENT):
-        (name,) = functions(cell.source)
-        names.append(name)
-        assert points[f"{name}_tests"] == len(blanks), name
-        exercises.test_for(name)
-    assert sorted(names) == sorted(NAMES)
-    assert sum(points.values()) == 25
-
-
-def test_function_names_are_unique_across_the_course():
-    """Is no function of this notebook's solution cells also defined in another notebook's
-    (the grader finds a function by its name alone)?"""
-    from autograder import solved
-
-    mine = set(NAMES)
-    for assignment in solved.assignment_ids():
-        if assignment == ASSIGNMENT:
-            continue
-        for cell, _ in solved.solution_cells(assignment):
-            assert not mine & set(functions(cell.source)), assignment
+    units = nb.graded_units()
+    assert sorted(units) == sorted(NAMES)
+    assert sum(len(blanks) for blanks in units.values()) == 25
 
 
 # ---------------------------------------------------------------- wrong blanks fail
@@ -201,7 +150,7 @@ def test_function_names_are_unique_across_the_course():
 def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
     """Does an answer with this one wrong blank fail its hidden test, with a message that names
     the case and not the answer?"""
-    complaint = fails(name, variant(name, {number: wrong}))
+    complaint = fails(name, nb.variant_of(name, {number: wrong}))
     assert complaint
     answer = reference.locate(name)[2][number - 1].answer
     assert answer.isidentifier() or answer not in complaint  # a bare name is the case's too
@@ -219,7 +168,7 @@ def test_every_blank_has_wrong_variants():
 def test_another_correct_answer_passes(name, answers):
     """Does an answer written differently but right (another order, a factor 2 dropped on
     both sides of a ratio, <= for <) pass every seed?"""
-    fn = variant(name, answers)
+    fn = nb.variant_of(name, answers)
     for seed in (0, 1, 2):
         assert fails(name, fn, seed) == ""
 
@@ -237,7 +186,7 @@ def test_another_correct_answer_passes(name, answers):
 ], ids=lambda v: str(v))
 def test_grading_names_the_wrong_blank(name, number, wrong):
     """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
-    fn = variant(name, {number: wrong})
+    fn = nb.variant_of(name, {number: wrong})
 
     def make(source):
         return fn if source is None else diagnose.rebuild(fn, source)
@@ -435,13 +384,6 @@ def test_the_notebook_ring_sums_like_all_reduce():
         distlab.shutdown()
 
 
-def solved_cells(edit=None) -> list[str]:
-    """The code cells of the solved notebook, as the judge reads a submission."""
-    from autograder import solved
-
-    cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
-    return [edit(c) if edit else c for c in cells]
-
 
 def test_the_judge_grades_outside_the_kernel_with_the_oracles_patched_in(monkeypatch):
     """Graded by the judge (the learner's code in a separate runner process, the oracles put
@@ -459,7 +401,7 @@ def test_the_judge_grades_outside_the_kernel_with_the_oracles_patched_in(monkeyp
                             "steps = 3 * n  # BLANK how many steps, both")  # a wrong ring
         return code.replace("pp_messages = 2 * m if", "pp_messages = m if")
 
-    verdicts = judge.verdicts(solved_cells(edit), [("iteration_costs", None),
+    verdicts = judge.verdicts(nb.solved_cells(edit), [("iteration_costs", None),
                                                    ("cheapest_layout", None)], "test")
     (earned, possible, report), (cheap_earned, cheap_possible, _) = verdicts
     assert earned == possible - 1 and "looks wrong: [4]" in "\n".join(report), report

@@ -6,7 +6,6 @@ Run: .venv/bin/python -m pytest tests/test_data_parallel.py -q   (about a minute
 most of it real gloo ranks)
 """
 
-import linecache
 import time
 import warnings
 
@@ -14,13 +13,15 @@ import matplotlib
 import numpy as np
 import pytest
 
-from autograder import diagnose, exercises, grade_cell, reference
-from autograder.definitions import functions
+from autograder import diagnose, grade_cell, reference
 from autograder.exercises import data_parallel as hidden
 
 matplotlib.use("Agg")
 
+from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
+
 ASSIGNMENT = "03_data_parallel"
+nb = Notebook(ASSIGNMENT)
 UNITS = ["sync_sgd_step", "broadcast_parameters", "ddp_train", "DDPIndividualParameters",
          "DDPBucketed", "accumulated_step", "ParameterServer"]
 
@@ -84,42 +85,6 @@ RIGHT = [
 ]
 
 
-def variant(name: str, number: int, answer: str):
-    """The reference `name` with blank `number` answered `answer`, defined like a notebook cell
-    (its source readable through linecache, for the diagnosis)."""
-    _, cell, blanks = reference.locate(name)
-    blank = blanks[number - 1]
-    lines = cell.source.split("\n")
-    code, marker = lines[blank.line - 1].split("# BLANK", 1)
-    assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {code!r}"
-    lines[blank.line - 1] = code.replace(blank.answer, answer) + "# BLANK" + marker
-    source = "\n".join(lines)
-    filename = f"<variant-{name}-{number}-{abs(hash(answer))}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = dict(vars(reference.module(ASSIGNMENT)))
-    namespace["__name__"] = "__main__"  # like a cell: shipped to the ranks by value
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace[name]
-
-
-def fails(name: str, fn, seed: int = 0) -> str:
-    """The hidden test's complaint about fn, or '' if it passes."""
-    try:
-        exercises.test_for(name)(fn, np.random.default_rng(seed))
-    except AssertionError as err:
-        return str(err) or "AssertionError"
-    except Exception as err:  # a crash of the learner's code is a failure too
-        return f"{type(err).__name__}: {err}"
-    return ""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ranks_stopped_at_the_end():
-    yield
-    import distlab
-
-    distlab.shutdown()
-
 
 # ---------------------------------------------------------------- the references
 
@@ -143,22 +108,12 @@ def test_reference_passes_under_other_seeds(name):
 def test_every_unit_has_a_hidden_test_and_points_equal_blanks():
     """Is every solution cell graded by a test cell worth one point per blank, about 15-25
     blanks in all, and is every blank covered by a wrong variant above?"""
-    from autograder import solved
-
-    nb = solved.load(ASSIGNMENT)
-    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
-              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    names, total = [], 0
-    for cell, blanks in solved.solution_cells(ASSIGNMENT):
-        (name,) = functions(cell.source)
-        names.append(name)
-        assert points[f"{name}_tests"] == len(blanks), name
-        exercises.test_for(name)
-        total += len(blanks)
+    units = nb.graded_units()
+    for name, blanks in units.items():
         covered = {number for unit, number, _ in WRONG if unit == name}
         assert covered == {b.number for b in blanks}, name
-    assert names == UNITS
-    assert 15 <= total <= 25
+    assert list(units) == UNITS
+    assert 15 <= sum(len(blanks) for blanks in units.values()) <= 25
 
 
 def test_no_hint_holds_its_answer():
@@ -176,7 +131,7 @@ def test_no_hint_holds_its_answer():
 def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
     """Does an answer with this one wrong blank fail its hidden test, with a message that names
     the case and not the answer?"""
-    complaint = fails(name, variant(name, number, wrong))
+    complaint = fails(name, nb.variant(name, number, wrong))
     assert complaint
     answer = reference.locate(name)[2][number - 1].answer
     if not answer.isidentifier():  # a bare name (world_size) may be part of the case's text
@@ -187,7 +142,7 @@ def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
                          ids=[f"{n}-{k}-{r[:24]}" for n, k, r in RIGHT])
 def test_another_correct_answer_passes(name, number, right):
     """Does another correct way of writing the blank pass the hidden test?"""
-    assert fails(name, variant(name, number, right)) == ""
+    assert fails(name, nb.variant(name, number, right)) == ""
 
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
@@ -197,7 +152,7 @@ def test_another_correct_answer_passes(name, number, right):
 ])
 def test_grading_names_the_wrong_blank(name, number, wrong):
     """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
-    cls = variant(name, number, wrong)
+    cls = nb.variant(name, number, wrong)
 
     def make(source):
         return cls if source is None else diagnose.rebuild(cls, source)
@@ -211,7 +166,7 @@ def test_grading_names_the_wrong_blank(name, number, wrong):
 def test_a_rank_that_hangs_fails_one_case_in_seconds():
     """Does a bucketed DDP in which one rank never starts its all-reduces fail on the ranks'
     short timeout (not the launcher's), saying that a rank waited for a message?"""
-    stuck = variant("DDPBucketed", 3,
+    stuck = nb.variant("DDPBucketed", 3,
                     "self._arrived[index] == len(bucket) and dist.get_rank() != 1")
     start = time.monotonic()
     complaint = fails("DDPBucketed", stuck)
@@ -223,18 +178,11 @@ def test_a_broken_broadcast_does_not_cost_the_ddp_classes():
     """With a wrong broadcast_parameters in the notebook, do both DDP classes still pass (their
     tests put a correct one in its place)?"""
     for name in ("DDPIndividualParameters", "DDPBucketed"):
-        broken = variant(name, 1, reference.locate(name)[2][0].answer)  # a copy of its own
+        broken = nb.variant(name, 1, reference.locate(name)[2][0].answer)  # a copy of its own
         assert "broadcast_parameters" in broken.__init__.__globals__
         broken.__init__.__globals__["broadcast_parameters"] = lambda module: None
         assert fails(name, broken) == ""
 
-
-def solved_cells(edit=None) -> list[str]:
-    """The code cells of the solved notebook, as the judge reads a submission."""
-    from autograder import solved
-
-    cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
-    return [edit(c) if edit else c for c in cells]
 
 
 def test_the_judge_gives_the_solved_notebook_full_points(monkeypatch):
@@ -244,7 +192,7 @@ def test_the_judge_gives_the_solved_notebook_full_points(monkeypatch):
     from autograder.judge import sandbox
 
     monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
-    results = judge.verdicts(solved_cells(), [(name, None) for name in UNITS], "test")
+    results = judge.verdicts(nb.solved_cells(), [(name, None) for name in UNITS], "test")
     for name, (earned, possible, report) in zip(UNITS, results, strict=True):
         assert earned == possible > 0, (name, report)
 
@@ -269,7 +217,7 @@ def test_the_judge_names_a_wrong_blank(name, number, wrong, monkeypatch):
         lines[row] = lines[row].replace(blank.answer, wrong, 1)
         return "\n".join(lines)
 
-    [(earned, possible, report)] = judge.verdicts(solved_cells(edit), [(name, None)], "test")
+    [(earned, possible, report)] = judge.verdicts(nb.solved_cells(edit), [(name, None)], "test")
     assert earned == possible - 1, report
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 

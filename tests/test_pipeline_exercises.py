@@ -14,6 +14,7 @@ import warnings
 import cloudpickle
 import numpy as np
 import pytest
+from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
 
 from autograder import diagnose, exercises, grade_cell, reference
 from autograder.definitions import functions
@@ -22,6 +23,14 @@ from autograder.markers import blank_source
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # rank functions travel by value
 
 ASSIGNMENT = "05_pipeline_parallel"
+nb = Notebook(ASSIGNMENT)
+
+
+def fails_quietly(name, fn, seed=0):
+    """fails(), ignoring what a wrong answer warns (grading hides that too)."""
+    return fails(name, fn, seed, ignore_warnings=True)
+
+
 SIMULATED = ["gpipe_table", "one_f_one_b_order", "interleaved_order", "zb_h1_order",
              "activation_bytes"]
 REAL_RANKS = ["run_stage", "pipelining_step"]
@@ -119,45 +128,6 @@ ACCEPTED = [
 ]
 
 
-def variant(name: str, number: int, answer: str):
-    """The reference function `name` with blank `number` answered `answer`, defined like a
-    notebook cell (its source readable through linecache, for the diagnosis)."""
-    _, cell, blanks = reference.locate(name)
-    blank = blanks[number - 1]
-    lines = cell.source.split("\n")
-    line = lines[blank.line - 1]
-    code, marker = line.split("# BLANK", 1)
-    assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {line!r}"
-    lines[blank.line - 1] = code.replace(blank.answer, answer) + "# BLANK" + marker
-    source = "\n".join(lines)
-    filename = f"<variant-{name}-{number}-{abs(hash(answer))}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = dict(vars(reference.module(ASSIGNMENT)))
-    namespace["__name__"] = "__main__"  # like a cell: shipped to the ranks by value
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace[name]
-
-
-def fails(name: str, fn, seed: int = 0) -> str:
-    """The hidden test's complaint about fn, or '' if it passes."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a wrong answer may warn; grading hides that too
-            exercises.test_for(name)(fn, np.random.default_rng(seed))
-    except AssertionError as err:
-        return str(err) or "AssertionError"
-    except Exception as err:  # a crash of the learner's code is a failure too
-        return f"{type(err).__name__}: {err}"
-    return ""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ranks_stopped_at_the_end():
-    yield
-    import distlab
-
-    distlab.shutdown()
-
 
 # ---------------------------------------------------------------- references pass
 
@@ -185,32 +155,8 @@ def test_reference_passes_its_hidden_test_on_real_ranks(name, capfd):
 
 def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
     """Is every solution cell graded by a test cell worth one point per blank?"""
-    from autograder import solved
-
-    nb = solved.load(ASSIGNMENT)
-    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
-              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    names = []
-    for cell, blanks in solved.solution_cells(ASSIGNMENT):
-        (name,) = functions(cell.source)
-        names.append(name)
-        assert points[f"{name}_tests"] == len(blanks), name
-        exercises.test_for(name)
-    assert sorted(names) == sorted(SIMULATED + REAL_RANKS)
+    assert sorted(nb.graded_units()) == sorted(SIMULATED + REAL_RANKS)
     assert len(reference.locate("gpipe_table")[2]) == 5  # seed 000 exercise 5's five blanks
-
-
-def test_function_names_are_unique_across_the_course():
-    """Does no other notebook define a function with the name of one of ours (the grader
-    finds a function by its name across all of solutions/)?"""
-    from autograder import solved
-
-    for assignment in solved.assignment_ids():
-        if assignment == ASSIGNMENT:
-            continue
-        for cell in solved.load(assignment).cells:
-            if cell.cell_type == "code":
-                assert not set(functions(cell.source)) & set(SIMULATED + REAL_RANKS), assignment
 
 
 # ---------------------------------------------------------------- wrong blanks fail
@@ -221,7 +167,7 @@ def test_function_names_are_unique_across_the_course():
 def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
     """Does an answer with this one wrong blank fail its hidden test, with a message that names
     the case and not the answer?"""
-    complaint = fails(name, variant(name, number, wrong))
+    complaint = fails_quietly(name, nb.variant(name, number, wrong))
     assert complaint
     answer = reference.locate(name)[2][number - 1].answer
     if not answer.isidentifier():  # a bare name (`rank`, `k`) may well be a word of the case
@@ -232,7 +178,7 @@ def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
                          ids=[f"{n}-{k}-{w}" for n, k, w in ACCEPTED])
 def test_another_correct_answer_passes(name, number, right):
     """Does a correct answer written differently from the reference earn the blank?"""
-    assert fails(name, variant(name, number, right)) == ""
+    assert fails_quietly(name, nb.variant(name, number, right)) == ""
 
 
 def test_every_blank_has_a_wrong_variant():
@@ -248,7 +194,7 @@ def test_every_blank_has_a_wrong_variant():
                          + [("run_stage", 2, "get")], ids=lambda v: str(v))
 def test_grading_names_the_wrong_blank(name, number, wrong):
     """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
-    fn = variant(name, number, wrong)
+    fn = nb.variant(name, number, wrong)
 
     def make(source):
         return fn if source is None else diagnose.rebuild(fn, source)
@@ -289,13 +235,6 @@ def test_reference_earns_every_point_and_the_release_none(name):
     assert any("not filled" in line for line in report), report
 
 
-def solved_cells(edit=None) -> list[str]:
-    """The code cells of the solved notebook, as the judge reads a submission."""
-    from autograder import solved
-
-    cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
-    return [edit(c) if edit else c for c in cells]
-
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
     ("zb_h1_order", 2, "len(waiting) > 0"),  # the judge patches in a correct 1F1B
@@ -320,7 +259,7 @@ def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong
         lines[row] = lines[row].replace(blank.answer, wrong, 1)
         return "\n".join(lines)
 
-    [(earned, possible, report)] = judge.verdicts(solved_cells(edit), [(name, None)], "test")
+    [(earned, possible, report)] = judge.verdicts(nb.solved_cells(edit), [(name, None)], "test")
     assert earned == possible - 1, report
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 
@@ -330,7 +269,8 @@ def test_a_broken_one_f_one_b_does_not_cost_zb_h1():
     builds on a correct one)?"""
     fn = reference.reference("zb_h1_order")
     globs = dict(fn.__globals__, one_f_one_b_order=lambda S, M: [[] for _ in range(S)])
-    assert fails("zb_h1_order", type(fn)(fn.__code__, globs, fn.__name__, fn.__defaults__)) == ""
+    broken = type(fn)(fn.__code__, globs, fn.__name__, fn.__defaults__)
+    assert fails_quietly("zb_h1_order", broken) == ""
 
 
 # ---------------------------------------------------------------- the numbers of the notebook
@@ -510,7 +450,7 @@ def test_interleaved_reference_is_torchs_but_for_the_warmup():
     reference's shorter warm-up as fast, holding fewer activations?"""
     from distlab.pipeline import peak_in_flight, simulate
 
-    torchs = variant("interleaved_order", 3,
+    torchs = nb.variant("interleaved_order", 3,
                      "min((v - 1) * size + 2 * (S - r - 1), len(forwards))")
     for M in (2, 3, 4):
         ran, _ = _torch_orders("ScheduleInterleaved1F1B", 2, M, chunks=2)

@@ -80,10 +80,17 @@ def test_points_match_the_blanks_they_grade(assignment):
 
 
 def test_learner_function_names_are_unique_across_the_course():
-    """Can the grader find each function's solution cell by name alone?"""
-    names = [name for a in IDS for cell, _ in solved.solution_cells(a)
-             for name in functions(cell.source)]
-    assert len(names) == len(set(names))
+    """Can the grader find each function's solution cell by name alone: is no graded name
+    defined twice, nor in any other notebook's code cells?"""
+    names = {a: [name for cell, _ in solved.solution_cells(a) for name in functions(cell.source)]
+             for a in IDS}
+    mine = [name for a in IDS for name in names[a]]
+    assert len(mine) == len(set(mine))
+    for assignment in IDS:
+        others = {name for a in IDS if a != assignment for name in names[a]}
+        for cell in solved.load(assignment).cells:
+            if cell.cell_type == "code":
+                assert not set(functions(cell.source)) & others, assignment
 
 
 def test_blanked_solution_cells_parse():

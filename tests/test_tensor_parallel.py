@@ -5,20 +5,19 @@ way pass, and do the notebook's pictures and byte counter work?
 Run: .venv/bin/python -m pytest tests/test_tensor_parallel.py -q   (about two minutes on 2 cores)
 """
 
-import linecache
 import warnings
 
 import matplotlib
-import numpy as np
 import pytest
 
-from autograder import diagnose, exercises, grade_cell, reference
-from autograder.definitions import functions
-from autograder.markers import blank_source
+from autograder import reference
 
 matplotlib.use("Agg")
 
+from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
+
 ASSIGNMENT = "04_tensor_parallel"
+nb = Notebook(ASSIGNMENT)
 NAMES = ["column_parallel_forward", "row_parallel_forward", "column_parallel_backward",
          "row_parallel_backward", "megatron_f_g", "tp_mlp", "tp_attention", "sp_all_reduce"]
 
@@ -92,58 +91,6 @@ RIGHT = [
 ]
 
 
-def define(name: str, source: str, filename: str):
-    """Define a notebook cell's `source` over the reference module, like a kernel would (its
-    source readable through linecache, for the diagnosis), and return function `name`."""
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = dict(vars(reference.module(ASSIGNMENT)))
-    namespace["__name__"] = "__main__"  # like a cell: shipped to the ranks by value
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace[name]
-
-
-def variant(name: str, number: int, answer: str):
-    """The reference function `name` with blank `number` answered `answer`."""
-    _, cell, blanks = reference.locate(name)
-    blank = blanks[number - 1]
-    lines = cell.source.split("\n")
-    code, marker = lines[blank.line - 1].split("# BLANK", 1)
-    assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {code!r}"
-    lines[blank.line - 1] = code.replace(blank.answer, answer) + "# BLANK" + marker
-    return define(name, "\n".join(lines), f"<variant-{name}-{number}-{hash(answer)}>")
-
-
-def released(name: str):
-    """The function as the learner first gets it: every blank `_____`."""
-    _, cell, _ = reference.locate(name)
-    return define(name, blank_source(cell.source)[0], f"<released-{name}>")
-
-
-def fails(name: str, fn, seed: int = 0) -> str:
-    """The hidden test's complaint about fn, or '' if it passes."""
-    try:
-        exercises.test_for(name)(fn, np.random.default_rng(seed))
-    except AssertionError as err:
-        return str(err) or "AssertionError"
-    except Exception as err:  # a crash of the learner's code is a failure too
-        return f"{type(err).__name__}: {err}"
-    return ""
-
-
-def assess(name: str, fn):
-    def make(source):
-        return fn if source is None else diagnose.rebuild(fn, source)
-
-    return grade_cell.assess(name, diagnose.source_of(fn), make)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ranks_stopped_at_the_end():
-    yield
-    import distlab
-
-    distlab.shutdown()
-
 
 # ---------------------------------------------------------------- references pass
 
@@ -162,29 +109,18 @@ def test_reference_passes_its_hidden_test(name, seed, capfd):
 def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
     """Is every solution cell one function, graded by a test cell worth one point per blank,
     with 15 to 25 blanks in the notebook?"""
-    from autograder import solved
-
-    nb = solved.load(ASSIGNMENT)
-    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
-              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    names, total = [], 0
-    for cell, blanks in solved.solution_cells(ASSIGNMENT):
-        (name,) = functions(cell.source)
-        names.append(name)
-        assert points[f"{name}_tests"] == len(blanks), name
-        exercises.test_for(name)
-        total += len(blanks)
-    assert names == NAMES
-    assert 15 <= total <= 25
+    units = nb.graded_units()
+    assert list(units) == NAMES
+    assert 15 <= sum(len(blanks) for blanks in units.values()) <= 25
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_earns_every_point_and_the_release_none(name):
     """Graded in the kernel, does the solved function earn every point, and the released one
     (every blank `_____`) none, reported as not filled?"""
-    earned, possible, report = assess(name, reference.reference(name))
+    earned, possible, report = assess(reference.reference(name), name)
     assert earned == possible == len(reference.locate(name)[2]), report
-    earned, possible, report = assess(name, released(name))
+    earned, possible, report = assess(nb.released(name), name)
     assert earned == 0 and possible > 0, report
     assert any("not filled yet" in line for line in report), report
 
@@ -197,7 +133,7 @@ def test_reference_earns_every_point_and_the_release_none(name):
 def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
     """Does an answer with this one wrong blank fail its hidden test, with a message that names
     the case and not the answer?"""
-    complaint = fails(name, variant(name, number, wrong))
+    complaint = fails(name, nb.variant(name, number, wrong))
     assert complaint
     assert complaint.startswith("world_size="), complaint
     answer = reference.locate(name)[2][number - 1].answer
@@ -215,7 +151,7 @@ def test_every_blank_has_a_wrong_variant():
                          ids=[f"{n}-{k}-{r}" for n, k, r in RIGHT])
 def test_another_correct_answer_passes(name, number, right):
     """Does a correct answer written differently from the reference pass?"""
-    assert fails(name, variant(name, number, right)) == ""
+    assert fails(name, nb.variant(name, number, right)) == ""
 
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
@@ -227,7 +163,7 @@ def test_another_correct_answer_passes(name, number, right):
 ])
 def test_grading_names_the_wrong_blank(name, number, wrong):
     """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
-    earned, possible, report = assess(name, variant(name, number, wrong))
+    earned, possible, report = assess(nb.variant(name, number, wrong), name)
     assert earned == possible - 1, report
     (line,) = [line for line in report if "looks wrong" in line]
     assert f"[{number}]" in line and line.count("[") == 1, report
@@ -236,7 +172,7 @@ def test_grading_names_the_wrong_blank(name, number, wrong):
 def test_a_wrong_f_and_g_costs_only_their_own_points():
     """With f and g swapped in the notebook, do tp_mlp and tp_attention still pass (their
     tests use a correct f and g)?"""
-    swapped = variant("megatron_f_g", 1, "all_reduce_sum(x)")
+    swapped = nb.variant("megatron_f_g", 1, "all_reduce_sum(x)")
     for name in ("tp_mlp", "tp_attention"):
         fn = reference.reference(name)
         globs = dict(fn.__globals__, megatron_f_g=swapped)
@@ -246,18 +182,11 @@ def test_a_wrong_f_and_g_costs_only_their_own_points():
 def test_a_missing_all_reduce_on_some_ranks_fails_in_seconds():
     """Does a collective that only rank 0 calls (a deadlock) fail its case on the ranks' short
     timeout, saying that a rank waited, instead of stalling the grade?"""
-    fn = variant("row_parallel_forward", 4,
+    fn = nb.variant("row_parallel_forward", 4,
                  "dist.all_reduce(partial) if rank == 0 else None")
     complaint = fails("row_parallel_forward", fn)
     assert complaint.startswith("world_size=2") and "rank 0" in complaint, complaint
 
-
-def solved_cells(edit=None) -> list[str]:
-    """The code cells of the solved notebook, as the judge reads a submission."""
-    from autograder import solved
-
-    cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
-    return [edit(c) if edit else c for c in cells]
 
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
@@ -282,7 +211,7 @@ def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong
         lines[row] = code_part.replace(blank.answer, wrong, 1) + "# BLANK" + marker
         return "\n".join(lines)
 
-    [(earned, possible, report)] = judge.verdicts(solved_cells(edit), [(name, None)], "test")
+    [(earned, possible, report)] = judge.verdicts(nb.solved_cells(edit), [(name, None)], "test")
     assert earned == possible - 1, report
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 

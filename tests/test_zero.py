@@ -5,17 +5,16 @@ the helpers in distlab.zero count what they say?
 Run: .venv/bin/python -m pytest tests/test_zero.py -q
 """
 
-import linecache
 import warnings
 
-import numpy as np
 import pytest
+from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
 
-from autograder import diagnose, exercises, grade_cell, reference
-from autograder.definitions import functions
+from autograder import reference
 from autograder.markers import blank_source
 
 ASSIGNMENT = "06_zero"
+nb = Notebook(ASSIGNMENT)
 PURE = ["model_state_bytes", "assign_params"]
 ON_RANKS = ["ShardedOptimizer", "FlatShard", "Zero2Optimizer", "GatheredLinear"]
 
@@ -43,53 +42,6 @@ WRONG = [
 ]
 
 
-def define(name: str, source: str, **notebook):
-    """`name` defined from `source` as a notebook cell defines it (its text in linecache),
-    over the notebook's reference definitions (and `notebook`'s names)."""
-    filename = f"<cell-{name}-{abs(hash(source))}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {**vars(reference.module(ASSIGNMENT)), **notebook}
-    namespace["__name__"] = "__main__"  # like a cell: shipped to the ranks by value
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace[name]
-
-
-def variant(name: str, number: int, wrong: str):
-    """The reference `name` with blank `number` answered `wrong`."""
-    _, cell, blanks = reference.locate(name)
-    blank = blanks[number - 1]
-    lines = cell.source.split("\n")
-    code, marker = lines[blank.line - 1].split("# BLANK", 1)
-    assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {code!r}"
-    lines[blank.line - 1] = code.replace(blank.answer, wrong) + "# BLANK" + marker
-    return define(name, "\n".join(lines))
-
-
-def fails(name: str, obj, seed: int = 0) -> str:
-    """The hidden test's complaint about obj, or '' if it passes."""
-    try:
-        exercises.test_for(name)(obj, np.random.default_rng(seed))
-    except AssertionError as err:
-        return str(err) or "AssertionError"
-    except Exception as err:  # a crash of the learner's code is a failure too
-        return f"{type(err).__name__}: {err}"
-    return ""
-
-
-def assess(obj):
-    def make(source):
-        return obj if source is None else diagnose.rebuild(obj, source)
-
-    return grade_cell.assess(obj.__name__, diagnose.source_of(obj), make)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _ranks_stopped_at_the_end():
-    yield
-    import distlab
-
-    distlab.shutdown()
-
 
 # ---------------------------------------------------------------- references pass
 
@@ -108,20 +60,9 @@ def test_reference_passes_its_hidden_test(name, seed, capfd):
 def test_every_exercise_has_a_hidden_test_and_points_equal_blanks():
     """Is every solution cell graded by a test cell worth one point per blank, and are there
     19 blanks in all?"""
-    from autograder import solved
-
-    nb = solved.load(ASSIGNMENT)
-    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
-              for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    names, total = [], 0
-    for cell, blanks in solved.solution_cells(ASSIGNMENT):
-        (name,) = functions(cell.source)
-        names.append(name)
-        assert points[f"{name}_tests"] == len(blanks), name
-        total += len(blanks)
-        exercises.test_for(name)
-    assert sorted(names) == sorted(PURE + ON_RANKS)
-    assert total == 19
+    units = nb.graded_units()
+    assert sorted(units) == sorted(PURE + ON_RANKS)
+    assert sum(len(blanks) for blanks in units.values()) == 19
 
 
 # ---------------------------------------------------------------- one wrong blank fails
@@ -132,7 +73,7 @@ def test_every_exercise_has_a_hidden_test_and_points_equal_blanks():
 def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
     """Does an answer with this one wrong blank fail its hidden test, with a message that does
     not show the answer?"""
-    complaint = fails(name, variant(name, number, wrong))
+    complaint = fails(name, nb.variant(name, number, wrong))
     assert complaint
     assert reference.locate(name)[2][number - 1].answer not in complaint
 
@@ -152,7 +93,7 @@ def test_a_layer_that_keeps_its_gathered_weight_fails():
                                  "        ctx.layout, ctx.kept = layout, weight\n")
     assert source != cell.source
     assert "must not outlive its forward" in fails("GatheredLinear",
-                                                   define("GatheredLinear", source))
+                                                   nb.define("GatheredLinear", source))
 
 
 def test_a_sharded_optimizer_that_updates_everything_everywhere_fails():
@@ -162,17 +103,17 @@ def test_a_sharded_optimizer_that_updates_everything_everywhere_fails():
     source = cell.source.replace('local_group = {**group, "params": mine}',
                                  'local_group = {**group, "params": list(group["params"])}')
     assert source != cell.source
-    assert "optimizer state" in fails("ShardedOptimizer", define("ShardedOptimizer", source))
+    assert "optimizer state" in fails("ShardedOptimizer", nb.define("ShardedOptimizer", source))
 
 
 def test_a_wrong_helper_does_not_cost_the_classes_that_use_it():
     """With a wrong assign_params or FlatShard in the notebook, do ShardedOptimizer and
     Zero2Optimizer still pass (their tests give them correct ones)?"""
-    broken = {"assign_params": variant("assign_params", 2, "loads.index(max(loads))"),
-              "FlatShard": variant("FlatShard", 1, "self.numel // self.world_size")}
+    broken = {"assign_params": nb.variant("assign_params", 2, "loads.index(max(loads))"),
+              "FlatShard": nb.variant("FlatShard", 1, "self.numel // self.world_size")}
     for name in ("ShardedOptimizer", "Zero2Optimizer"):
         source = reference.locate(name)[1].source
-        assert fails(name, define(name, source, **broken)) == ""
+        assert fails(name, nb.define(name, source, **broken)) == ""
 
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
@@ -182,7 +123,7 @@ def test_a_wrong_helper_does_not_cost_the_classes_that_use_it():
 ], ids=lambda v: str(v))
 def test_grading_names_the_wrong_blank(name, number, wrong):
     """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
-    earned, possible, report = assess(variant(name, number, wrong))
+    earned, possible, report = assess(nb.variant(name, number, wrong))
     assert earned == possible - 1, report
     (line,) = [line for line in report if "looks wrong" in line]
     assert f"[{number}]" in line and line.count("[") == 1, report
@@ -194,7 +135,7 @@ def test_the_blank_release_earns_nothing_and_says_so(name):
     named as not filled, rather than crash?"""
     _, cell, blanks = reference.locate(name)
     template, _ = blank_source(cell.source)
-    obj = define(name, "from distlab import _____\n" + template)
+    obj = nb.define(name, "from distlab import _____\n" + template)
     earned, possible, report = assess(obj)
     assert (earned, possible) == (0.0, float(len(blanks))), report
     assert "not filled yet" in "\n".join(report)

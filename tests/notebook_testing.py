@@ -1,0 +1,109 @@
+"""What the tests of every notebook share: its reference functions (and classes) with blanks
+answered otherwise, defined as a notebook cell defines them, and the hidden test's verdict.
+
+    from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (fixture)
+
+    nb = Notebook("01_collectives")
+    fails("ring_allreduce", nb.variant("ring_allreduce", 2, "(i + step) % N"))  # -> complaint
+"""
+
+from __future__ import annotations
+
+import linecache
+import warnings
+
+import numpy as np
+import pytest
+
+from autograder import diagnose, exercises, grade_cell, reference, solved
+from autograder.definitions import functions
+from autograder.markers import blank_source
+
+
+class Notebook:
+    def __init__(self, assignment: str):
+        self.assignment = assignment
+
+    def define(self, name: str, source: str, **names):
+        """`name` as a cell with `source` defines it, over the notebook's reference definitions
+        (and `names`): its text in linecache, for the diagnosis; `__main__`, so it is shipped
+        to the ranks by value."""
+        filename = f"<cell-{name}-{abs(hash(source))}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        namespace = {**vars(reference.module(self.assignment)), **names, "__name__": "__main__"}
+        exec(compile(source, filename, "exec"), namespace)
+        return namespace[name]
+
+    def variant_of(self, name: str, answers: dict[int, str]):
+        """The reference `name` with each blank number in `answers` answered so."""
+        _, cell, blanks = reference.locate(name)
+        lines = cell.source.split("\n")
+        for number, answer in answers.items():
+            blank = blanks[number - 1]
+            code, marker = lines[blank.line - 1].split("# BLANK", 1)
+            assert code.count(blank.answer) == 1, \
+                f"{name} [{number}]: answer not unique in {code!r}"
+            lines[blank.line - 1] = code.replace(blank.answer, answer) + "# BLANK" + marker
+        return self.define(name, "\n".join(lines))
+
+    def variant(self, name: str, number: int, answer: str):
+        """The reference `name` with blank `number` answered `answer`."""
+        return self.variant_of(name, {number: answer})
+
+    def released(self, name: str):
+        """`name` as the learner first gets it: every blank `_____`."""
+        _, cell, _ = reference.locate(name)
+        return self.define(name, blank_source(cell.source)[0])
+
+    def graded_units(self) -> dict[str, list]:
+        """{name: blanks} of each solution cell, in order, checking what every notebook
+        promises: one function or class per cell, a hidden test for it, and a graded cell
+        worth one point per blank."""
+        nb = solved.load(self.assignment)
+        points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+                  for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+        units = {}
+        for cell, blanks in solved.solution_cells(self.assignment):
+            (name,) = functions(cell.source)
+            assert points[f"{name}_tests"] == len(blanks), name
+            exercises.test_for(name)
+            units[name] = blanks
+        return units
+
+    def solved_cells(self, edit=None) -> list[str]:
+        """The code cells of the solved notebook, as the judge reads a submission."""
+        cells = [c.source for c in solved.load(self.assignment).cells if c.cell_type == "code"]
+        return [edit(c) if edit else c for c in cells]
+
+
+def fails(name: str, obj, seed: int = 0, ignore_warnings: bool = False) -> str:
+    """The hidden test's complaint about obj, or '' if it passes (ignore_warnings: as grading
+    does, for a wrong answer that warns)."""
+    try:
+        with warnings.catch_warnings():
+            if ignore_warnings:
+                warnings.simplefilter("ignore")
+            exercises.test_for(name)(obj, np.random.default_rng(seed))
+    except AssertionError as err:
+        return str(err) or "AssertionError"
+    except Exception as err:  # a crash of the learner's code is a failure too
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
+def assess(obj, name: str | None = None):
+    """grade()'s verdict on obj as data: (earned, possible, report lines)."""
+    def make(source):
+        return obj if source is None else diagnose.rebuild(obj, source)
+
+    name = name or obj.__name__
+    return grade_cell.assess(name, diagnose.source_of(obj), make)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stop_ranks():
+    """Stop the warm ranks once the module's tests are done."""
+    yield
+    import distlab
+
+    distlab.shutdown()
