@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 KERNEL_NAME = "distlab-sandbox"
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the course, runner included
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the course
 # Sandbox uids: in Debian's reserved 60000-64999 block, under systemd's DynamicUser range
 # (61184-65519) and inside the 0-65535 that user-namespaced containers usually map.
 FIRST_UID = 60100

@@ -474,3 +474,9 @@ def test_can_nbclient_interrupt_a_runaway_cell_in_the_sandbox(uid, tmp_path, mon
     client.execute()
     assert nb.cells[0].outputs[0]["ename"] == "KeyboardInterrupt"
     assert nb.cells[1].outputs[0]["text"] == "after\n"
+
+
+def test_the_course_folder_shown_inside_is_the_repository_root():
+    """Is the folder the sandbox shows read-only (where the runner and distlab live) the
+    course's root, wherever the clone is (also under /tmp, which the sandbox replaces)?"""
+    assert sandbox.REPO == str(ROOT)
