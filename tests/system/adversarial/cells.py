@@ -52,6 +52,45 @@ def replace_in(nb, grade_id: str, old: str, new: str):
     return nb
 
 
+def fill_blanks(nb, function: str, fills: dict):
+    """Answer each blank number in `fills` of `function`'s solution cell with
+    `fills[number](answer)`: what a learner may write there (code outside the blanks is graded
+    as released, so a hazard meant to reach the judge goes into a blank)."""
+    from autograder.markers import blank_source
+
+    cell = nb.cells[index(nb, function)]
+    lines = cell.source.split("\n")
+    for blank in blank_source(cell.source)[1]:
+        if blank.number in fills:
+            line = lines[blank.line - 1]
+            lines[blank.line - 1] = line.replace(blank.answer, fills[blank.number](blank.answer), 1)
+    cell.source = "\n".join(lines)
+    return nb
+
+
+def hazard(code: str):
+    """A fill that runs `code` (statements, through exec), then gives the right answer."""
+    return lambda answer: f"(exec({textwrap.dedent(code).strip()!r}) or ({answer}))"
+
+
+def hazard_in_every_blank(nb, function: str, code: str, **others):
+    """Every blank of `function` that holds an expression runs `code`, then gives the right
+    answer (`others`: other fills, by "b<number>"): no blank alone is to blame, so the function
+    earns nothing whatever the search for the wrong blank finds. A blank that is a name after a
+    dot cannot hold code: it keeps its answer unless `others` fills it."""
+    from autograder.markers import blank_source
+
+    cell = nb.cells[index(nb, function)]
+    lines = cell.source.split("\n")
+    fills = {}
+    for blank in blank_source(cell.source)[1]:
+        line = lines[blank.line - 1]
+        if not line[:line.index(blank.answer)].endswith("."):
+            fills[blank.number] = hazard(code)
+    fills.update({int(key[1:]): fill for key, fill in others.items()})
+    return fill_blanks(nb, function, fills)
+
+
 # Code that runs only where the judge runs the learner's functions (not in the notebook's
 # kernel), so an attack on the judge leaves the notebook's own check cells alone.
 JUDGED = 'if "ipykernel" not in __import__("sys").modules:'

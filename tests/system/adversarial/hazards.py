@@ -1,11 +1,13 @@
 """Submissions that try to hang, crash, flood or escape the grading run. Most are the solved
 notebook plus one hazard, so they may earn up to what that code honestly earns; a hazard
-inside a graded function costs that function's points (the `zero` cells)."""
+inside a graded function costs that function's points (the `zero` cells). A hazard meant to
+run where the judge runs a function sits in one of its blanks: code outside the blanks is
+graded as released, so it would never run there."""
 
 from __future__ import annotations
 
 from adversarial import SOLVED, kind
-from adversarial.cells import JUDGED, add_after, prepend_to_function, replace_in
+from adversarial.cells import JUDGED, add_after, fill_blanks, hazard, hazard_in_every_blank
 
 # ---- time
 
@@ -36,9 +38,9 @@ while True:
 
 @kind(base=SOLVED, zero=("ring_allreduce_tests",))
 def loop_in_function(nb):
-    """ring_allreduce loops forever before it does anything (blanks filled). The judge's call
-    times out, the wrong-blank search gives up within its budget: ring_allreduce scores 0."""
-    return prepend_to_function(nb, "ring_allreduce", "while True:\n    pass")
+    """Every blank of ring_allreduce loops forever before it gives the right answer. The judge's
+    calls time out, the wrong-blank search gives up within its budget: ring_allreduce scores 0."""
+    return hazard_in_every_blank(nb, "ring_allreduce", "while True:\n    pass")
 
 
 @kind(base=SOLVED)
@@ -55,10 +57,15 @@ run(stuck, world_size=2, timeout=None)
 
 @kind(base=SOLVED, zero=("ring_allreduce_p2p_tests",))
 def deadlock_in_function(nb):
-    """ring_allreduce_p2p receives from the wrong neighbour (outside any blank), so 3 or more
-    ranks wait on each other. The harness's timeouts stop it: ring_allreduce_p2p scores 0."""
-    return replace_in(nb, "ring_allreduce_p2p", "dist.recv(incoming, src=left)",
-                      "dist.recv(incoming, src=right)")
+    """ring_allreduce_p2p starts its send with the blocking `send` (blank [3]), so every rank
+    waits in its send for a receive that never starts, and its other blanks first receive from
+    the right neighbour, which never sends. The harness's timeouts stop it: ring_allreduce_p2p
+    scores 0."""
+    return hazard_in_every_blank(nb, "ring_allreduce_p2p", """
+import torch
+import torch.distributed as dist
+dist.recv(torch.zeros(1), src=(dist.get_rank() + 1) % dist.get_world_size())
+""", b3=lambda answer: "send", b4=lambda answer: "copy_")
 
 
 # ---- memory
@@ -81,10 +88,10 @@ def memory_hog_in_cell(nb):
 
 @kind(base=SOLVED, zero=("ring_allreduce_uneven_tests",))
 def memory_hog_in_function(nb):
-    """ring_allreduce_uneven allocates until it dies, but only where the judge runs it (the
-    notebook's own checks pass). Its runner dies: ring_allreduce_uneven scores 0, the rest
-    their points."""
-    return prepend_to_function(nb, "ring_allreduce_uneven", JUDGED + "\n" + "\n".join(
+    """Every blank of ring_allreduce_uneven allocates until it dies, but only where the judge
+    runs it (the notebook's own checks pass). Its runner dies: ring_allreduce_uneven scores 0,
+    the rest their points."""
+    return hazard_in_every_blank(nb, "ring_allreduce_uneven", JUDGED + "\n" + "\n".join(
         "    " + line for line in HOG.strip().split("\n")))
 
 
@@ -118,7 +125,7 @@ def orphans_in_cell(nb):
 def orphans_in_function(nb):
     """tree_broadcast leaves a daemon with a listening socket behind on every call (and is
     otherwise right). Nothing may outlive the judge's runner: up to full marks."""
-    return prepend_to_function(nb, "tree_broadcast", DAEMON)
+    return fill_blanks(nb, "tree_broadcast", {1: hazard(DAEMON)})
 
 
 # ---- exits
@@ -141,12 +148,12 @@ def os_exit_cell(nb):
 
 @kind(base=SOLVED, zero=("ring_allreduce_tests", "chunk_bounds_tests", "ring_allgather_tests"))
 def exits_in_function(nb):
-    """Where the judge runs them, ring_allreduce calls sys.exit(), chunk_bounds os._exit(0) and
-    ring_allgather raises KeyboardInterrupt. Those three score 0; the exercises that only use
-    chunk_bounds are graded with a correct one, and get their points."""
-    prepend_to_function(nb, "ring_allreduce", f"{JUDGED}\n    import sys\n    sys.exit()")
-    prepend_to_function(nb, "chunk_bounds", f"{JUDGED}\n    import os\n    os._exit(0)")
-    return prepend_to_function(nb, "ring_allgather", f"{JUDGED}\n    raise KeyboardInterrupt")
+    """Where the judge runs their blanks, ring_allreduce calls sys.exit(), chunk_bounds
+    os._exit(0) and ring_allgather raises KeyboardInterrupt. Those three score 0; the exercises
+    that only use chunk_bounds are graded with a correct one, and get their points."""
+    hazard_in_every_blank(nb, "ring_allreduce", f"{JUDGED}\n    import sys\n    sys.exit()")
+    hazard_in_every_blank(nb, "chunk_bounds", f"{JUDGED}\n    import os\n    os._exit(0)")
+    return hazard_in_every_blank(nb, "ring_allgather", f"{JUDGED}\n    raise KeyboardInterrupt")
 
 
 # ---- output
@@ -215,8 +222,9 @@ def write_outside_cell(nb):
 
 @kind(base=SOLVED)
 def write_outside_function(nb):
-    """alltoall tries the same writes on every call where the judge runs it (its cwd is /, so
-    the grading folder is guessed as <course>/grading). Nothing changes: up to full marks."""
+    """alltoall's first blank tries the same writes on every call where the judge runs it (its
+    cwd is /, so the grading folder is guessed as <course>/grading). Nothing changes: up to
+    full marks."""
     code = WRITE.replace("pathlib.Path.cwd().parents[2], ", "")
-    return prepend_to_function(nb, "alltoall", f"{JUDGED}\n" + "\n".join(
-        "    " + line for line in code.strip().split("\n")))
+    return fill_blanks(nb, "alltoall", {1: hazard(f"{JUDGED}\n" + "\n".join(
+        "    " + line for line in code.strip().split("\n")))})
