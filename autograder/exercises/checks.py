@@ -153,7 +153,9 @@ def rank_failure(err: BaseException, kind: str = "raised") -> tuple[str, str]:
     """(kind, one line) for an exception caught on a rank: "stuck" when a wait timed out,
     "broken" when a peer gave up and hung up on us, else `kind`."""
     text = f"{type(err).__name__}: {err}".splitlines()[0]
-    if "timed out" in text.lower():
+    # gloo says "Timed out waiting ..." or, when the wait ends its connection to the peer,
+    # "Application timeout caused pair closure"
+    if "timed out" in text.lower() or "timeout caused" in text.lower():
         return "stuck", f"waited {PG_TIMEOUT_S:g} s for a message that never came"
     if "gloo/transport" in text or "onnection" in text or "Broken pipe" in text:
         return "broken", text
