@@ -36,13 +36,17 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveCells,
 )
 
+from autograder.feedback_exporter import FeedbackExporter  # noqa: E402
 from autograder.preprocessors import (  # noqa: E402
     CappedExecute,
     ClearBlanks,
     DropDuplicateIds,
     HideTests,
     JudgeGrades,
+    LearnerTracebacks,
+    MathToMathML,
     RestoreCells,
+    StaticWidgets,
 )
 
 c = get_config()  # noqa: F821 (provided by traitlets when this file is loaded)
@@ -97,13 +101,27 @@ c.GenerateAssignment.preprocessors = [
     CheckCellMetadata,
 ]
 
-# Feedback shows points and what each graded cell printed, not the hidden tests.
-c.GenerateFeedback.preprocessors = [GetGrades, HideTests, CSSHTMLHeaderPreprocessor]
+# Feedback shows points and what each graded cell printed, not the hidden tests, nor the
+# frames of a traceback inside distlab or a library. The page works offline: maths as MathML,
+# an interactive figure as its picture, and a template without nbgrader's MathJax from a CDN.
+# StaticWidgets first: the outputs it brings out of a widget are trimmed like any other.
+c.GenerateFeedback.preprocessors = [GetGrades, StaticWidgets, HideTests, LearnerTracebacks,
+                                    MathToMathML, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.exporter_class = FeedbackExporter
 
 # Validate (the learner's toolbar button, or `nbgrader validate`) reports every code cell that
 # fails: the learner notebook's graded cells hold no tests (they are hidden), so only the
 # visible checks can tell a learner that a blank is not filled or an answer is wrong.
 c.Validator.validate_all = True
+# ... and says it briefly: "3 of 10 checks pass", then a line or two per failing check. The
+# Validate handler and `nbgrader validate` each construct nbgrader's Validator by name (not
+# configurable): the course's takes its place in whichever of them is running.
+from autograder.validator import CourseValidator  # noqa: E402
+
+for _module in ("nbgrader.server_extensions.validate_assignment.handlers",
+                "nbgrader.apps.validateapp"):
+    if _module in sys.modules:
+        sys.modules[_module].Validator = CourseValidator
 # Kernels that Validate starts encrypt their traffic where pyzmq can (CurveZMQ), which also
 # keeps ipykernel's "running over TCP without encryption" warning out of the learner's output.
 # ("auto": only kernels whose kernelspec says they can; the grading sandbox's talks over IPC.)

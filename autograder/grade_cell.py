@@ -83,6 +83,19 @@ def _labels(blanks, numbers) -> str:
     )
 
 
+def changed_outside_blanks(name: str, learner_source: str) -> tuple[int, str] | None:
+    """(line, its code) of the first line of learner function `name` that differs from the
+    released template outside the blanks, or None (also when `name` is no exercise)."""
+    if name not in reference.exercise_names():
+        return None
+    _, cell, _ = reference.locate(name)
+    template, _ = blank_source(cell.source)
+    released = functions(template).get(name)
+    line = diagnose.changed_line(learner_source, released) if released and learner_source \
+        else None
+    return None if line is None else (line, learner_source.split("\n")[line - 1].strip())
+
+
 def assess(name: str, learner_source: str, make, points: float | None = None,
            student: str | None = None) -> tuple[float, float, list[str]]:
     """(earned, possible, report lines) for learner function `name`.
@@ -98,9 +111,9 @@ def assess(name: str, learner_source: str, make, points: float | None = None,
     filled = diagnose.read_fills(learner_source, template, blanks)
     # Only the blanks are the learner's: code changed elsewhere is graded as released.
     notes, graded = [], None
-    line = diagnose.changed_line(learner_source, functions(template).get(name, learner_source))
-    if line is not None and learner_source:
-        text = learner_source.split("\n")[line - 1].strip() if learner_source else ""
+    changed = changed_outside_blanks(name, learner_source)
+    if changed is not None:
+        line, text = changed
         if not filled.aligned():
             return 0.0, possible, [
                 f"✗ {name}", f"  line {line} was changed outside the blanks: {text}",

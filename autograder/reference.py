@@ -46,6 +46,20 @@ def locate(name: str) -> tuple[str, object, list]:
     raise KeyError(f"no solution cell in solutions/ defines a function named {name!r}{also}")
 
 
+@functools.cache
+def exercise_names() -> frozenset[str]:
+    """Every function a solution cell defines, in every readable solved source."""
+    names = set()
+    for assignment in solved.assignment_ids():
+        try:
+            cells = list(solved.solution_cells(assignment))
+        except MarkerError:
+            continue
+        for cell, _ in cells:
+            names.update(functions(cell.source))
+    return frozenset(names)
+
+
 def reference(name: str):
     """The solved function `name` from solutions/."""
     return getattr(module(locate(name)[0]), name)

@@ -13,10 +13,11 @@ __all__ = ["_____", "BlankNotFilled", "require_filled",
 builtins._____ = _____
 
 
-def _show_briefly() -> None:
+def _in_ipython() -> None:
     """In a notebook, an unfilled blank, a failing rank or a deadlock shows its message alone:
     the traceback above it would be the check cell's and distlab's, not the learner's code
-    (the message already names the learner's function and lines)."""
+    (the message already names the learner's function and lines). And distlab.notices says
+    when a check uses a definition whose cell failed, or an exercise changed outside a blank."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -32,5 +33,9 @@ def _show_briefly() -> None:
 
     shell.set_custom_exc((BlankNotFilled, RankError, DeadlockError), brief)
 
+    from distlab import notices
 
-_show_briefly()
+    notices.install(shell)
+
+
+_in_ipython()
