@@ -395,15 +395,42 @@ def test_a_long_run_in_a_notebook_shows_a_live_line_naming_who_is_still_running(
             "run(slow, world_size=2)")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
     client = NotebookClient(nb, kernel_name="python3", timeout=120)
-    seen, output = [], client.output
+    seen, process = [], client.process_message
 
-    def spy(outs, msg, display_id, cell_index):  # every display message, as it arrives
+    def spy(msg, cell, cell_index):  # every display and its updates, as they arrive
         seen.append(msg["content"].get("data", {}).get("text/plain", ""))
-        return output(outs, msg, display_id, cell_index)
+        return process(msg, cell, cell_index)
 
-    client.output = spy
+    client.process_message = spy
     client.execute()
     assert any("still running: rank 1" in text and "returned: rank 0" in text
                for text in seen), seen
+
     final = [o for o in nb.cells[0].outputs if o["output_type"] == "display_data"]
     assert final[0]["data"]["text/plain"].startswith("2 rank(s) ran for")
+
+
+def test_ranks_that_are_slow_to_start_show_the_live_line_too(monkeypatch):
+    """Starting the ranks (torch imported in a cold launcher) is not silent either: past a
+    second, the line says the ranks are starting, then that they run."""
+    from IPython import display as ipython_display
+
+    from distlab.launch import _LiveLine
+
+    shown = []
+
+    class Handle:
+        def update(self, data, raw):
+            shown.append(data["text/plain"])
+
+    monkeypatch.setattr(ipython_display, "display",
+                        lambda data, raw, display_id: shown.append(data["text/plain"]) or Handle())
+    line = _LiveLine(4)
+    line.enabled = True
+    line.update(None, 0.5)
+    assert shown == []  # a quick start says nothing
+    line.update(None, 1.5)
+    line.update([], 0.2)
+    line.close()
+    assert shown == ["⏳ starting 4 rank(s): 2 s", "⏳ 4 rank(s) running for 0 s",
+                     "4 rank(s) ran for 0 s"]

@@ -61,18 +61,19 @@ class Pool:
         except OSError:
             return False
 
-    def wait_ready(self) -> None:
+    def wait_ready(self, tick=None) -> None:
         """Wait for the zygote's hello (torch imported), so a process forked from this one can
         use the pool without starting its own."""
         if self.control is None:
-            _, self.control = self.accept(time.monotonic() + START_S)
+            _, self.control = self.accept(time.monotonic() + START_S, tick)
 
     def call(self, payload: bytes, world_size, backend, timeout, init_group, trace,
              progress=None) -> tuple:
         """Run one call; (answers, where): rank -> (kind, body) and rank -> where it is stuck.
-        progress(answered ranks, seconds) is called about twice a second while ranks run."""
+        progress(answered ranks, seconds) is called about twice a second while ranks run, and
+        progress(None, seconds) while they start."""
         try:
-            self.start_ranks(world_size, backend)
+            self.start_ranks(world_size, backend, progress)
         except BaseException:
             self.close()
             raise
@@ -99,24 +100,29 @@ class Pool:
             self.group_ok = init_group and all(body["group"] for _, body in answers.values())
         return answers, where
 
-    def start_ranks(self, world_size: int, backend: str) -> None:
+    def start_ranks(self, world_size: int, backend: str, progress=None) -> None:
         if self.ranks and self.shape == (world_size, backend):
             return  # warm: same ranks, same group
-        self.wait_ready()
+        started = time.monotonic()
+        tick = progress and (lambda: progress(None, time.monotonic() - started))
+        self.wait_ready(tick)
         deadline = time.monotonic() + START_S
         self.stop_ranks()
         self.control.send_bytes(pickle.dumps(("spawn", world_size, backend)))
         ranks = {}
         while len(ranks) < world_size:
-            (_, rank, pid), conn = self.accept(deadline)
+            (_, rank, pid), conn = self.accept(deadline, tick)
             ranks[rank] = conn, pid
         self.ranks = [ranks[r][0] for r in range(world_size)]
         self.pids = [ranks[r][1] for r in range(world_size)]
         self.shape = world_size, backend
 
-    def accept(self, deadline: float) -> tuple:
-        """The next process to connect, and its hello; fails fast if the zygote has died."""
+    def accept(self, deadline: float, tick=None) -> tuple:
+        """The next process to connect, and its hello; fails fast if the zygote has died.
+        tick() is called every quarter second of waiting."""
         while True:
+            if tick is not None:
+                tick()
             if not self.zygote_alive():
                 raise RuntimeError(f"the rank launcher stopped; see {self.log}")
             if time.monotonic() > deadline:

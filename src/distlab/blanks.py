@@ -40,8 +40,7 @@ class _Blank:
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
     __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _refuse
     __matmul__ = __rmatmul__ = __pow__ = __rpow__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
-    __eq__ = __ne__ = _refuse
-    __hash__ = None
+    __eq__ = __ne__ = __hash__ = _refuse  # a blank used as a dict key or in a set, too
 
 
 _____ = _Blank()

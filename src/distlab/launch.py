@@ -123,15 +123,22 @@ class _LiveLine:
         self.world_size, self.handle, self.seconds = world_size, None, 0.0
         self.enabled = _in_notebook()
 
-    def update(self, answered: list[int], seconds: float) -> None:
-        self.seconds = seconds
-        if not self.enabled or seconds < self.SHOW_AFTER_S:
+    def update(self, answered: list[int] | None, seconds: float) -> None:
+        """answered: the ranks that returned so far (None: the ranks are still starting)."""
+        if not self.enabled or (seconds < self.SHOW_AFTER_S and self.handle is None):
             return
+        if answered is None:
+            self._show(f"⏳ starting {self.world_size} rank(s): {seconds:.0f} s")
+            return
+        self.seconds = seconds
         waiting = [r for r in range(self.world_size) if r not in answered]
         text = f"⏳ {self.world_size} rank(s) running for {seconds:.0f} s"
         if answered:
             text += (f"; returned: rank {', '.join(map(str, answered))}; still running: "
                      f"rank {', '.join(map(str, waiting))}")
+        self._show(text)
+
+    def _show(self, text: str) -> None:
         from IPython.display import display
 
         if self.handle is None:
@@ -263,7 +270,9 @@ def _rank_error(answers, failed, stuck, fn) -> RankError:
         message = head + (f"\n  {_source(frames[-1])}" if frames else "")
         last = f"{info['type']}: {info['message']}" if info["message"] else info["type"]
         error = RankError(message, rank, info["type"], f"Traceback (learner frames):\n{tb}{last}")
-    notes = [f"rank {r} failed too" for r in failed[1:]]
+    others = failed[1:]
+    notes = [f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} failed too"] \
+        if others else []
     if stuck:
         notes.append(f"ranks {', '.join(map(str, stuck))} were waiting and were stopped")
     if notes:
