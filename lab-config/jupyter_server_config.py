@@ -4,8 +4,10 @@ labconfig/page_config.json, beside this file, hides nbgrader's instructor UI in 
 
 import logging
 import os
+import platform
 
 import zmq
+from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
 
 c = get_config()  # noqa: F821 (provided by traitlets when this file is loaded)
 
@@ -27,6 +29,31 @@ c.ServerApp.jpserver_extensions = {
 # the kernel "is running over TCP without encryption" off the learner's terminal.
 if zmq.has("curve"):
     c.KernelManager.transport_encryption = "auto"
+
+
+class CourseContents(AsyncLargeFileManager):
+    """Jupyter's file contents, opened so that a fresh notebook stays clean:
+    - Lab writes the kernel's `language_info` (with its Python version) into the notebook as
+      it opens, which marks it modified unless the notebook already says the same: the
+      released notebooks leave the version out (it is the learner's), so it is filled here.
+    - A notebook without outputs has nothing to trust or distrust (only outputs can run
+      code), so it opens trusted, without the "not trusted" line in the log."""
+
+    async def get(self, path, content=True, type=None, format=None, **kwargs):
+        model = await super().get(path, content=content, type=type, format=format, **kwargs)
+        if model.get("type") == "notebook" and model.get("content"):
+            info = model["content"].get("metadata", {}).get("language_info")
+            if isinstance(info, dict) and info.get("name") == "python":
+                info.setdefault("version", platform.python_version())
+        return model
+
+    def mark_trusted_cells(self, nb, path=""):
+        if any(cell.get("outputs") for cell in nb.cells):
+            return super().mark_trusted_cells(nb, path)
+        self.notary.mark_cells(nb, True)
+
+
+c.ServerApp.contents_manager_class = CourseContents
 
 
 class _TornadoPingTimeoutNotice(logging.Filter):

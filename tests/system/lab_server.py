@@ -90,7 +90,9 @@ class LabServer:
         # A learner types `make lab` in a shell: no outer make's flags, a runtime dir of our own.
         extra = env or {}
         env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-        env.update({"JUPYTER_RUNTIME_DIR": str(self.runtime), MARKER: self.marker, **extra})
+        # ... and a Lab workspace of its own: tabs a test left open never reopen in the next
+        env.update({"JUPYTER_RUNTIME_DIR": str(self.runtime), MARKER: self.marker,
+                    "JUPYTERLAB_WORKSPACES_DIR": str(self.workdir / "workspaces"), **extra})
         if instructor:
             bindir = ROOT / ".venv" / "bin"
             env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
