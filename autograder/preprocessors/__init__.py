@@ -5,7 +5,10 @@ from autograder.preprocessors.clear_blanks import ClearBlanks
 from autograder.preprocessors.drop_duplicate_ids import DropDuplicateIds
 from autograder.preprocessors.hide_tests import HideTests
 from autograder.preprocessors.judge_grades import JudgeGrades
+from autograder.preprocessors.learner_tracebacks import LearnerTracebacks
+from autograder.preprocessors.math_to_mathml import MathToMathML
 from autograder.preprocessors.restore_cells import RestoreCells
+from autograder.preprocessors.static_widgets import StaticWidgets
 
 __all__ = ["CappedExecute", "ClearBlanks", "DropDuplicateIds", "HideTests", "JudgeGrades",
-           "RestoreCells"]
+           "LearnerTracebacks", "MathToMathML", "RestoreCells", "StaticWidgets"]
