@@ -4,6 +4,8 @@ Cell headers carry a short form of nbgrader's metadata:
 
     # %% solution="ring_allreduce"          the learner's cell: BLANK markers or a
                                             ### BEGIN/END SOLUTION region
+    # %% solution="ring_allreduce" drill    also a core snippet of the drills
+                                            (distlab/drills/snippets.py; not released)
     # %% tests="ring_allreduce_tests" points=5
                                             a graded cell (hidden tests go between
                                             ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS)

@@ -84,6 +84,11 @@ class Runner:
             self._loaded = False
             self._exchange({"op": "end"}, self.call_seconds, "the runner did not end a call")
 
+    def start(self) -> None:
+        """Start the runner now rather than at the first call (it imports torch: seconds)."""
+        if self._proc is None:
+            self._start(min(self.start_seconds, self.deadline - time.monotonic()))
+
     def _start(self, timeout: float) -> None:
         self._proc = subprocess.Popen(
             runner_command(self._slot, self._limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

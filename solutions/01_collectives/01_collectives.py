@@ -85,7 +85,7 @@ show_ring([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]])
 # must *say* so rather than drop the leftover elements: a gradient with silently missing
 # entries trains the wrong model.
 
-# %% solution="ring_allreduce"
+# %% solution="ring_allreduce" drill
 def ring_allreduce(gpu_grads, op="mean"):
     """Ring AllReduce simulated over lists.
 
@@ -281,7 +281,7 @@ grade(ring_allreduce_uneven)
 # neighbour the shard it got most recently (at step 0: its own), and files what arrives from
 # its left neighbour in the right slot. `slots[r][c]` is rank $r$'s copy of shard $c$.
 
-# %% solution="ring_allgather"
+# %% solution="ring_allgather" drill
 def ring_allgather(shards):
     """shards[r] is rank r's list. Returns, per rank, the concatenation of all shards in rank
     order (shards may differ in length)."""
@@ -625,7 +625,7 @@ grade(hello_allreduce)
 # From here on `run` sets up the process group before calling your function (its default,
 # `init_group=True`).
 
-# %% solution="ring_allreduce_p2p"
+# %% solution="ring_allreduce_p2p" drill
 def ring_allreduce_p2p(rank, world_size, tensor, op="sum"):
     """All-reduce a 1-D float tensor over the default process group with a ring of send/recv.
     Works for any length; reduces `tensor` in place and returns it."""

@@ -76,7 +76,7 @@ show_message_cost(alpha=5e-6, bw=10 * GB)
 # chunk has collected every rank's contribution. The all-gather then passes the finished chunks
 # round until every rank has all of them.
 
-# %% solution="allreduce_time_ring"
+# %% solution="allreduce_time_ring" drill
 def allreduce_time_ring(nbytes, n, alpha, bw):
     """Seconds for a ring all-reduce of `nbytes` bytes over `n` ranks, on links of latency
     `alpha` (s) and bandwidth `bw` (bytes/s)."""
@@ -112,7 +112,7 @@ grade(allreduce_time_ring)
 # from it. A partial sum cannot be sent in pieces to different partners: whatever a rank sends,
 # it sends whole.
 
-# %% solution="allreduce_time_tree"
+# %% solution="allreduce_time_tree" drill
 def allreduce_time_tree(nbytes, n, alpha, bw):
     """Seconds for a binomial-tree all-reduce (reduce, then broadcast) of `nbytes` bytes over
     `n` ranks."""
@@ -486,7 +486,7 @@ grade(flat_ring_time)
 # The reduce-scatter is the first half of the ring you timed in section 2 (notebook 01 counts
 # its steps). Use your `allreduce_time_ring` for phase 2.
 
-# %% solution="hierarchical_allreduce_time"
+# %% solution="hierarchical_allreduce_time" drill
 def hierarchical_allreduce_time(nbytes, nodes, gpus_per_node, intra, inter):
     """Seconds for a hierarchical all-reduce: reduce-scatter inside nodes, all-reduce across,
     all-gather inside."""

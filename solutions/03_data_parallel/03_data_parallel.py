@@ -87,7 +87,7 @@ from distlab.data_parallel import (
 # changes the parameters in place, so it runs under `torch.no_grad()`: autograd must not
 # record it.
 
-# %% solution="sync_sgd_step"
+# %% solution="sync_sgd_step" drill
 def sync_sgd_step(model, x, y, lr):
     """One step of synchronous SGD: (x, y) is this rank's shard of the global batch; every
     rank calls this at the same time. Returns this rank's loss."""
@@ -306,7 +306,7 @@ print("samples per rank of 1000:", len(DistributedSampler(range(1000), num_repli
 #   the end of the function, as `check_params_in_sync(model)` from `distlab.data_parallel`;
 # * it returns each epoch's mean loss and how many samples this rank saw.
 
-# %% solution="ddp_train"
+# %% solution="ddp_train" drill
 def ddp_train(rank, world_size, model, dataset, epochs=3, batch_size=32, lr=0.01):
     """Train `model` on `dataset` with DDP, as rank `rank` of `world_size`: the seed's
     setup(), train() and cleanup() in one function. Returns {"loss": per-epoch mean loss on
@@ -726,7 +726,7 @@ for label, wrap in wrappers.items():
 # group's gradient comes out too small. Dividing by the number of micro-batches actually in the
 # step avoids that; the function below gets exactly the micro-batches of one step.
 
-# %% solution="accumulated_step"
+# %% solution="accumulated_step" drill
 def accumulated_step(model, optimizer, micro_batches):
     """One optimizer step of DDP-wrapped `model` from k micro-batches [(x, y), ...], equal to
     one step on all of them at once; the gradients cross the network once."""

@@ -80,7 +80,7 @@ print([piece.tolist() for piece in torch.arange(6).chunk(4)], "<- torch.chunk(4)
 # Your layers raise a `ValueError` instead (the check is written for you). Now the layer:
 # `start` and `end` bound this rank's output features.
 
-# %% solution="column_parallel_forward"
+# %% solution="column_parallel_forward" drill
 def column_parallel_forward(rank, world_size, x, weight, bias):
     """nn.Linear's x @ weight.T + bias, with the output features split over the ranks.
 
@@ -162,7 +162,7 @@ show_split("row", world_size=4)
 # rank's `t` (notebook 01). Here the input arrives whole and each rank takes its features out
 # of it (section 3 and the MLP meet an input that arrives already split).
 
-# %% solution="row_parallel_forward"
+# %% solution="row_parallel_forward" drill
 def row_parallel_forward(rank, world_size, x, weight, bias):
     """nn.Linear's x @ weight.T + bias, with the input features split over the ranks.
 
@@ -438,7 +438,7 @@ print("Scale: x.grad =", x.grad.tolist())
 # `megatron_f_g()` returns the two classes. (They are made by a function so that every
 # function below can get them with one call, on whatever rank it runs.)
 
-# %% solution="megatron_f_g"
+# %% solution="megatron_f_g" drill
 def megatron_f_g():
     """(f, g): Megatron-LM's conjugate operators, as autograd Functions on the default group."""
 

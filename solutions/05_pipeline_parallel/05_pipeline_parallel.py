@@ -85,7 +85,7 @@ show_gantt(one_batch, name="unsplit batch on 4 stages")
 # columns `0 .. steps-1`, the backward phase the next `steps` columns. The **bubble ratio** is
 # the share of all the table's slots that are idle.
 
-# %% solution="gpipe_table"
+# %% solution="gpipe_table" drill
 def gpipe_table(num_stages, num_microbatches):
     """The GPipe schedule as a table, and its bubble ratio.
 
@@ -235,7 +235,7 @@ show_gantt(gpipe_order(4, 6), name="GPipe, S=4, M=6")
 # The micro-batches a stage holds at once: its warm-up, plus the one forward of each steady
 # pair. That is what a good warm-up keeps small.
 
-# %% solution="one_f_one_b_order"
+# %% solution="one_f_one_b_order" drill
 def one_f_one_b_order(num_stages, num_microbatches):
     """The 1F1B order: order[s] is stage s's actions (s, "F"/"B", microbatch), in sequence."""
     S, M = num_stages, num_microbatches
@@ -307,7 +307,7 @@ show_schedules({"GPipe": gpipe_order, "1F1B": one_f_one_b_order}, S=4, M=8)
 #
 # The peak your function measures is the most micro-batches in its stash at once.
 
-# %% solution="run_stage"
+# %% solution="run_stage" drill
 def run_stage(rank, world_size, stage, actions, inputs, targets, shape):
     """Run this rank's `actions` ((stage, "F"/"B", microbatch), in order) on its `stage` module.
 

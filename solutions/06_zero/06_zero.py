@@ -78,7 +78,7 @@ from distlab.zero import (
 # covers other set-ups: plain fp32 AdamW on a CPU, what the ranks in this notebook run, is
 # $4 + 4 + 8$ (parameter, gradient, momentum + variance; no extra copy).
 
-# %% solution="model_state_bytes"
+# %% solution="model_state_bytes" drill
 def model_state_bytes(psi, n_d, stage, widths=(2, 2, 12)):
     """Bytes of model states on one GPU: ZeRO stage 0-3 (0: plain data parallelism), psi
     parameters, n_d data-parallel GPUs, widths = bytes per parameter of (parameters,
@@ -216,7 +216,7 @@ show_assignment(sizes, owners, 3, names)
 # Hyperparameters set later on the wrapper's groups (a learning-rate scheduler does that) are
 # copied to the local groups at each step.
 
-# %% solution="ShardedOptimizer"
+# %% solution="ShardedOptimizer" drill
 class ShardedOptimizer(torch.optim.Optimizer):
     """ZeRO-1: `optimizer_cls(..., **kwargs)` run by each rank on the parameters it owns.
 
@@ -522,7 +522,7 @@ grade(FlatShard)
 # exists at all; here it is done once the backward is over, which frees the same memory a
 # little later.)
 
-# %% solution="Zero2Optimizer"
+# %% solution="Zero2Optimizer" drill
 class Zero2Optimizer:
     """ZeRO-2 with the parameters in one flat buffer, of which this rank owns one slice.
     Every rank calls step() after its backward (no all-reduce before)."""

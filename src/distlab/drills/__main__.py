@@ -1,0 +1,180 @@
+"""Drills from a terminal.
+
+    python -m distlab.drills list                                # snippets, positions, mastery
+    python -m distlab.drills write ring_allreduce --seed 3 --blanks 5 -o drill.ipynb
+    python -m distlab.drills check drill.ipynb [--reveal]         # a verdict per blank
+    python -m distlab.drills reset [SNIPPET]                      # forget the weak spots
+
+`write` draws the blanks from the seed and your weak-spot history (the same seed and history
+give the same blanks; `--ignore-history` draws from the seed alone) into a notebook with one
+code cell; fill its `_____`s and run `check`. It exits 0 when every blank is right, 1 when one
+is not, 2 on input it cannot use (the message says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+from distlab.drills import Checker, DrillError, draw, history, load, maskable, record
+from distlab.drills.positions import template
+from distlab.drills.snippets import get
+
+BLANK = "_____"
+KEY = "distlab_drill"  # notebook and cell metadata
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+NUMBERS = re.compile(r"\s*#\s*\[\d+\](?:,\s*\[\d+\])*\s*$")  # the `# [1], [2]` we append
+MARK = {"right": "✓", "wrong": "✗", "invalid": "✗", "empty": "·", "differs": "?"}
+
+
+def _digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def cell_text(lines: list[list]) -> str:
+    """The drill's code: each blank `_____`, each line with blanks numbered in a comment."""
+    out, number = [], 0
+    for line in lines:
+        blanks = [piece for piece in line if isinstance(piece, int)]
+        text = "".join(BLANK if isinstance(piece, int) else piece for piece in line)
+        numbers = ", ".join(f"[{number + k + 1}]" for k in range(len(blanks)))
+        number += len(blanks)
+        out.append(f"{text}  # {numbers}" if blanks else text)
+    return "\n".join(out)
+
+
+def read_answers(filled: str, lines: list[list]) -> list[str]:
+    """The answers written into the drill's cell, in blank order."""
+    text = "\n".join(NUMBERS.sub("", line).rstrip() for line in filled.strip("\n").split("\n"))
+    pattern = ""
+    for line in lines:
+        for piece in line:
+            pattern += r"([^\n]*?)" if isinstance(piece, int) else \
+                re.sub(r"(\\\s)+", r"[ \\t]*", re.escape(piece))
+        pattern += r"[ \t]*\n"
+    match = re.fullmatch(pattern.removesuffix(r"[ \t]*\n"), text.rstrip())
+    if match is None:
+        raise DrillError("the drill's code was changed outside its blanks, so the answers "
+                         "cannot be read back: write the drill again and change only the "
+                         f"{BLANK}s")
+    return ["" if answer.strip() == BLANK else answer.strip() for answer in match.groups()]
+
+
+def write(name: str, seed: int, blanks: int, out: Path, ignore_history: bool = False) -> str:
+    snippet, positions, chosen = draw(name, blanks, seed, ignore_history)
+    lines = template(snippet.source, chosen)
+    summary = f"{len(positions)} maskable positions | {len(chosen)} masked"
+    notebook = {
+        "nbformat": 4, "nbformat_minor": 5,
+        "metadata": {"kernelspec": KERNELSPEC, "language_info": {"name": "python"},
+                     KEY: {"snippet": name, "seed": seed, "source": _digest(snippet.source),
+                           "spans": [[p.start, p.end] for p in chosen]}},
+        "cells": [
+            {"id": "drill-intro", "cell_type": "markdown", "metadata": {}, "source":
+             f"# Drill: `{name}` ({snippet.assignment})\n\nseed {seed}: {summary}. Replace each "
+             f"`{BLANK}` with the code that stood there, then run\n"
+             f"`python -m distlab.drills check {out.name}`."},
+            {"id": "drill-code", "cell_type": "code", "metadata": {KEY: True},
+             "execution_count": None, "outputs": [], "source": cell_text(lines)},
+        ]}
+    out.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+    return f"wrote {out}: {name}, seed {seed}, {summary}"
+
+
+def _drill_of(path: Path):
+    """(snippet, chosen positions, answers) of a drill notebook written by `write`."""
+    try:
+        notebook = json.loads(path.read_text())
+        meta = notebook["metadata"][KEY]
+        cell = next(c for c in notebook["cells"] if c.get("metadata", {}).get(KEY))
+    except (OSError, ValueError, KeyError, StopIteration) as err:
+        raise DrillError(f"{path} is not a drill notebook written by `write` "
+                         f"({type(err).__name__}: {err})") from None
+    snippet = get(meta["snippet"])
+    if _digest(snippet.source) != meta["source"]:
+        raise DrillError(f"{meta['snippet']} changed in the solved source since {path} was "
+                         "written: write a new drill")
+    by_span = {(p.start, p.end): p for p in maskable(snippet.source)}
+    chosen = sorted(by_span[tuple(span)] for span in meta["spans"])
+    source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+    return snippet, chosen, read_answers(source, template(snippet.source, chosen))
+
+
+def check(path: Path, reveal: bool = False) -> tuple[str, bool]:
+    """(the report, every blank right?) of a filled drill notebook; the history learns it."""
+    snippet, chosen, answers = _drill_of(path)
+    checker = Checker()
+    try:
+        verdicts = checker.check(snippet, chosen, answers)
+    finally:
+        checker.close()
+    record(snippet, chosen, verdicts)
+    lines = [f"{snippet.name} ({snippet.assignment}): {len(chosen)} blanks"]
+    if checker.text_only:
+        lines.append(f"note: {checker.text_only}: answers are checked by text only")
+    for number, (position, verdict) in enumerate(zip(chosen, verdicts, strict=True), start=1):
+        shown = verdict.answer or BLANK
+        lines.append(f"[{number}] {MARK[verdict.status]} {shown}  -- {verdict.why}")
+        if reveal and not verdict.right:
+            lines.append(f"      the reference: {position.text}")
+    right = sum(v.right for v in verdicts)
+    keys = [p.key for p in maskable(snippet.source)]
+    lines.append(f"{right} of {len(chosen)} right; mastery of {snippet.name}: "
+                 f"{history.mastery(snippet.name, keys):.0%}")
+    return "\n".join(lines), right == len(chosen)
+
+
+def listing() -> str:
+    rows = []
+    for name, snippet in load().items():
+        keys = [p.key for p in maskable(snippet.source)]
+        rows.append(f"{name:<28} {snippet.assignment:<22} {len(keys):>4} maskable positions"
+                    f"   mastery {history.mastery(name, keys):>4.0%}")
+    return "\n".join(rows) or "no snippets: drills.toml opens no notebook, or no solved sources"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m distlab.drills",
+                                     description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the snippets, their maskable positions and your mastery")
+    writer = commands.add_parser("write", help="write a drill notebook")
+    writer.add_argument("snippet")
+    writer.add_argument("--seed", type=int, default=0)
+    writer.add_argument("--blanks", type=int, default=5)
+    writer.add_argument("--ignore-history", action="store_true",
+                        help="draw from the seed alone, not weighted by your misses")
+    writer.add_argument("-o", "--output", type=Path, help="default: drill_<snippet>.ipynb")
+    checker = commands.add_parser("check", help="check a filled drill notebook")
+    checker.add_argument("notebook", type=Path)
+    checker.add_argument("--reveal", action="store_true", help="show the reference of a miss")
+    resetter = commands.add_parser("reset", help="forget your weak spots")
+    resetter.add_argument("snippet", nargs="?", help="default: every snippet")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "list":
+            print(listing())
+        elif args.command == "write":
+            print(write(args.snippet, args.seed, args.blanks,
+                        args.output or Path(f"drill_{args.snippet}.ipynb"), args.ignore_history))
+        elif args.command == "check":
+            report, all_right = check(args.notebook, args.reveal)
+            print(report)
+            return 0 if all_right else 1
+        else:
+            if args.snippet:
+                get(args.snippet)  # an unknown name says so, rather than resetting nothing
+            history.reset(args.snippet)
+            print(f"forgot the weak spots of {args.snippet or 'every snippet'}")
+    except DrillError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

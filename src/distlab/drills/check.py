@@ -1,0 +1,195 @@
+"""Checking a drill's answers: by text first, else by running the snippet's hidden test.
+
+An answer equal to the original once spacing and quotes are normalised is right at once. One
+written differently is put into the snippet and the function goes through its hidden test,
+the property test grading uses (autograder.exercises), in the judge's runner (sandboxed where
+the machine allows it, as grading is): `(1 + i) % N` passes where `(i + 1) % N` stood, a
+wrong index does not. Each such answer is tried alone in the reference, so each blank gets its
+own verdict; all of them together first, so answers right only as a set count too.
+
+One runner per notebook stays warm for the whole drill session (`Checker`). Without the
+grading side (a learner's image without `autograder`), answers are checked by text only, and
+the checker says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import threading
+import tokenize
+import weakref
+from dataclasses import dataclass
+
+from distlab.drills.positions import Position
+from distlab.drills.snippets import Snippet
+
+CALL_SECONDS = 30.0  # one call of the snippet's function in the runner
+RIGHT, WRONG, EMPTY, INVALID, DIFFERS = "right", "wrong", "empty", "invalid", "differs"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    answer: str
+    status: str  # RIGHT, WRONG, EMPTY, INVALID or DIFFERS (text only, and not the same)
+    why: str  # for the learner: "as the reference", "ran the hidden test: passes", ...
+
+    @property
+    def right(self) -> bool:
+        return self.status == RIGHT
+
+
+def normalise(code: str) -> str | None:
+    """The code's tokens without spacing, string literals quoted one way; None when it does
+    not even tokenize."""
+    parts = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code.strip()).readline):
+            if token.type == tokenize.STRING:
+                try:
+                    parts.append(repr(ast.literal_eval(token.string)))
+                    continue
+                except (ValueError, SyntaxError):
+                    pass
+            if token.type not in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT,
+                                  tokenize.DEDENT, tokenize.ENDMARKER, tokenize.COMMENT):
+                parts.append(token.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return " ".join(parts)
+
+
+def fill(source: str, answers: dict[Position, str]) -> str:
+    """`source` with each answer in place of its position's span (they must not overlap)."""
+    out, cursor = [], 0
+    for position in sorted(answers):
+        out.append(source[cursor:position.start])
+        out.append(answers[position])
+        cursor = position.end
+    out.append(source[cursor:])
+    return "".join(out)
+
+
+def _grading_side_missing() -> str:
+    """Why answers cannot be run here ('' when they can)."""
+    try:
+        import autograder.exercises  # noqa: F401
+        import autograder.judge  # noqa: F401
+    except ImportError:
+        return "the hidden tests are not installed here"
+    return ""
+
+
+class Checker:
+    """Checks answers; keeps one warm runner per notebook for as long as it lives."""
+
+    def __init__(self):
+        self.text_only = _grading_side_missing()  # why, or ""
+        self._runners: dict[str, tuple[tuple[str, ...], object]] = {}
+        self._lock = threading.Lock()  # one check (or warm-up) at a time per session
+        # a kernel that shuts down with the drill open ends its runners too
+        weakref.finalize(self, _close, self._runners)
+
+    def _runner(self, snippet: Snippet):
+        from autograder.judge import Runner
+
+        cells, runner = self._runners.get(snippet.assignment, (None, None))
+        if cells != snippet.cells:  # new, or its solved source changed
+            if runner is not None:
+                runner.close()
+            runner = Runner(list(snippet.cells), call_seconds=CALL_SECONDS)
+            self._runners[snippet.assignment] = (snippet.cells, runner)
+        return runner
+
+    def warm(self, snippet: Snippet) -> threading.Thread | None:
+        """Start the snippet's runner and load its hidden test in the background."""
+        if self.text_only:
+            return None
+
+        def start():
+            from autograder.exercises import test_for
+
+            with self._lock:
+                test_for(snippet.name)
+                self._runner(snippet).start()
+
+        thread = threading.Thread(target=start, daemon=True, name="drill warm-up")
+        thread.start()
+        return thread
+
+    def failure(self, snippet: Snippet, candidate: str) -> str | None:
+        """None if `candidate` (the snippet's function, filled in) passes its hidden test,
+        else the test's reason, in one line."""
+        import numpy as np
+
+        from autograder.exercises import test_for
+        from autograder.grade_cell import quiet, seed_for
+        from autograder.judge import Remote
+
+        with self._lock:
+            runner = self._runner(snippet)
+            runner.fork(candidate)
+            fn = Remote(runner, snippet.name)
+            try:
+                with quiet():
+                    test_for(snippet.name)(fn, np.random.default_rng(seed_for(snippet.name, "")))
+            except AssertionError as err:
+                return str(err).splitlines()[0] if str(err) else "a hidden test failed"
+            except Exception as err:  # noqa: BLE001 - whatever the filled code raised
+                return f"{type(err).__name__}: {err}".splitlines()[0]
+            finally:
+                fn.close()
+        return None
+
+    def check(self, snippet: Snippet, chosen: list[Position], answers: list[str]) -> list[Verdict]:
+        """A verdict per blank, in the order of `chosen` and `answers`."""
+        verdicts: list[Verdict | None] = [None] * len(chosen)
+        to_run = {}
+        for index, (position, answer) in enumerate(zip(chosen, answers, strict=True)):
+            answer = answer.strip()
+            if not answer:
+                verdicts[index] = Verdict(answer, EMPTY, "not filled")
+            elif normalise(answer) == normalise(position.text):
+                verdicts[index] = Verdict(answer, RIGHT, "as the reference")
+            elif (error := _syntax_error(fill(snippet.source, {position: answer}))):
+                verdicts[index] = Verdict(answer, INVALID, f"not valid Python here: {error}")
+            elif self.text_only:
+                verdicts[index] = Verdict(answer, DIFFERS, f"not the reference's text, and "
+                                          f"{self.text_only}: checked by text only")
+            else:
+                to_run[index] = answer
+        if len(to_run) > 1:  # all together first: answers that are right only as a set
+            together = {chosen[index]: answer for index, answer in to_run.items()}
+            if self.failure(snippet, fill(snippet.source, together)) is None:
+                for index, answer in to_run.items():
+                    verdicts[index] = Verdict(answer, RIGHT, "ran the hidden test: passes")
+                to_run = {}
+        alone = {index: self.failure(snippet, fill(snippet.source, {chosen[index]: answer}))
+                 for index, answer in to_run.items()}
+        for index, answer in to_run.items():
+            if alone[index] is not None:
+                verdicts[index] = Verdict(answer, WRONG, f"ran the hidden test: {alone[index]}")
+            elif len(to_run) > 1 and all(reason is None for reason in alone.values()):
+                verdicts[index] = Verdict(answer, WRONG, "passes alone, but not together with "
+                                                         "the other answers that differ")
+            else:
+                verdicts[index] = Verdict(answer, RIGHT, "ran the hidden test: passes")
+        return verdicts
+
+    def close(self) -> None:
+        with self._lock:
+            _close(self._runners)
+
+
+def _close(runners: dict) -> None:
+    for _, runner in runners.values():
+        runner.close()
+    runners.clear()
+
+
+def _syntax_error(code: str) -> str | None:
+    try:
+        ast.parse(code)
+    except SyntaxError as err:
+        return err.msg
+    return None

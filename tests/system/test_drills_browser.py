@@ -1,0 +1,93 @@
+"""Does the drills notebook work in a real browser after `make lab`: the widget shows a snippet
+with numbered input boxes and the count of maskable and masked positions, Check marks a blank,
+and Refresh hides another set?
+
+Needs Chromium and Playwright, as tests/system/test_browser.py (skipped without them).
+Run: .venv/bin/python -m pytest tests/system/test_drills_browser.py -q   (about 40 s)
+"""
+
+import importlib.util
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab_server import ROOT, LabServer, unavailable  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+DRILL = ".distlab-drill"
+SUMMARY = re.compile(r"(\d+) maskable positions \| (\d+) masked")
+
+pytestmark = [
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"no {CHROMIUM}: `apt-get install -y chromium` (as root) "
+                       "runs the browser tests"),
+    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
+                       reason="playwright is not installed (pip install playwright)"),
+    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
+]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """`make lab` on a copy of notebooks/, with a history file of its own."""
+    tmp = tmp_path_factory.mktemp("drills")
+    shutil.copytree(ROOT / "notebooks", tmp / "notebooks")
+    server = LabServer(tmp / "server", root_dir=tmp / "notebooks",
+                       env={"DISTLAB_DRILLS_DB": str(tmp / "drills.sqlite")}).wait_ready()
+    yield server
+    assert server.stop() == [], "processes left behind"
+
+
+@pytest.fixture(scope="module")
+def page(lab):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{lab.url}/lab/tree/drills/drills.ipynb?token={lab.token}")
+        page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+        try:
+            yield page
+        finally:
+            browser.close()
+            for session in lab.api("GET", "/api/sessions"):
+                lab.api("DELETE", f"/api/sessions/{session['id']}")
+
+
+def _code(page) -> str:
+    return page.locator(f"{DRILL} .drill-code").inner_text()
+
+
+def test_the_drill_checks_a_blank_and_refreshes(page):
+    assert page.locator(".jp-Dialog").count() == 0  # the notebook has its kernelspec
+    page.locator("#jp-menu-panel .lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
+    page.wait_for_selector(f"{DRILL} .drill-blank input", timeout=60_000)
+    summary = SUMMARY.search(page.locator(DRILL).inner_text())
+    assert summary and int(summary[1]) > 50 and int(summary[2]) == 5, summary
+    assert page.locator(f"{DRILL} .drill-blank input").count() == 5
+    assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+                        ).count() == 0, "a warning reached the learner"
+
+    page.locator(f"{DRILL} .drill-blank input").first.fill("not_the_answer")
+    page.locator(f"{DRILL} button", has_text=re.compile("^Check$")).click()
+    page.locator(f"{DRILL} .drill-mark", has_text="✗").first.wait_for(timeout=120_000)
+    text = page.locator(DRILL).inner_text()
+    assert "[1] ✗ ran the hidden test" in text, text
+    assert "[2] · not filled" in page.locator(DRILL).inner_text()
+
+    before = _code(page), SUMMARY.search(page.locator(DRILL).inner_text())[0]
+    page.locator(f"{DRILL} button", has_text=re.compile("^Refresh$")).click()
+    page.wait_for_function(f"() => !document.querySelector('{DRILL}').innerText.includes("
+                           "'not filled')", timeout=30_000)  # the verdicts are cleared
+    assert _code(page) != before[0]  # another set of spans is hidden
+    assert page.locator(f"{DRILL} .drill-blank input").count() == 5
+    assert page.locator(f"{DRILL} .drill-mark", has_text="✗").count() == 0
+    page.screenshot(path="/tmp/lab-drills.png")

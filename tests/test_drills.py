@@ -1,0 +1,303 @@
+"""Do drills draw fair blanks over the solved snippets, judge answers the way grading does,
+remember weak spots, and say clearly what is wrong with bad input?"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder import solved
+from autograder.exercises import all_tests
+from distlab import drills
+from distlab.drills import __main__ as cli
+from distlab.drills import check, history, positions, snippets
+from distlab.drills.check import Checker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def private_history(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTLAB_DRILLS_DB", str(tmp_path / "drills.sqlite"))
+
+
+@pytest.fixture(scope="module")
+def checker():
+    checker = Checker()
+    yield checker
+    checker.close()
+
+
+def course(tmp_path, ids=("01_collectives", "02_cost_models"), setting=None):
+    """A copy of some solved sources (and a drills.toml), as DISTLAB_SOLUTIONS_DIR sees it."""
+    for assignment in ids:
+        shutil.copytree(solved.SOLUTIONS / assignment, tmp_path / "solutions" / assignment)
+    if setting is not None:
+        (tmp_path / "drills.toml").write_text(setting)
+    return tmp_path / "solutions"
+
+
+def blank_of(name, text):
+    """(snippet, the position whose text is `text`: the first such)."""
+    snippet = snippets.get(name)
+    return snippet, next(p for p in positions.maskable(snippet.source) if p.text == text)
+
+
+# ------------------------------------------------------------------ snippets
+
+
+def test_every_notebook_tags_core_snippets_that_exist_and_have_hidden_tests():
+    """Does every notebook contribute 2-4 snippets, each a solved definition with a hidden test?"""
+    found = snippets.load(every=True)
+    tests = all_tests()
+    for assignment in solved.assignment_ids():
+        mine = [s for s in found.values() if s.assignment == assignment]
+        assert 2 <= len(mine) <= 4, f"{assignment}: {len(mine)} drill snippets"
+    for name, snippet in found.items():
+        assert snippet.source.startswith(("def ", "class ", "@")), name
+        assert name in tests, f"{name}: a drill snippet without a hidden test"
+
+
+def test_a_tag_that_points_at_nothing_fails_loudly(tmp_path):
+    """Does a drill tag naming a function its cell does not define name the file and line?"""
+    folder = tmp_path / "solutions" / "99_toy"
+    folder.mkdir(parents=True)
+    (folder / "99_toy.py").write_text('# %%\nimport math\n\n# %% solution="gone" drill\n'
+                                      "def here():\n    return 1\n")
+    with pytest.raises(snippets.DrillError, match=r"99_toy.py:4: the drill tag names 'gone'"):
+        snippets.load(tmp_path / "solutions")
+
+
+def test_snippets_are_the_solved_code_without_markers():
+    """Is a snippet the solved function with its BLANK/ACCEPT comments cut, and nothing else?"""
+    snippet = snippets.get("ring_allreduce")
+    raw = (solved.SOLUTIONS / "01_collectives" / "01_collectives.py").read_text()
+    assert "BLANK" not in snippet.source and "ACCEPT" not in snippet.source
+    assert "    right = [(i + 1) % N for i in range(N)]\n" in snippet.source
+    assert "# Scatter-reduce: N-1 steps" in snippet.source  # an ordinary comment stays
+    for line in snippet.source.split("\n"):
+        assert any(raw_line.startswith(line) for raw_line in raw.split("\n")), line
+
+
+def test_a_changed_solution_changes_its_drill(tmp_path):
+    """Is a snippet read from the solved source each time it changes, never a stale copy?"""
+    solutions = course(tmp_path, ids=("02_cost_models",))
+    before = snippets.load(solutions)["allreduce_time_ring"].source
+    path = solutions / "02_cost_models" / "02_cost_models.py"
+    path.write_text(path.read_text().replace("steps = 2 * (n - 1)", "steps = 2 * n - 2"))
+    os.utime(path, ns=(1, path.stat().st_mtime_ns + 10**9))  # a coarse clock: a new stamp
+    after = snippets.load(solutions)["allreduce_time_ring"].source
+    assert "2 * (n - 1)" in before and "steps = 2 * n - 2" in after
+
+
+def test_the_instructor_setting_filters_the_snippets(tmp_path):
+    """Does drills.toml open only the notebooks it lists (all by default)?"""
+    solutions = course(tmp_path)
+    assert {s.assignment for s in snippets.load(solutions).values()} == \
+        {"01_collectives", "02_cost_models"}
+    (tmp_path / "drills.toml").write_text('notebooks = ["02_cost_models"]\n')
+    assert {s.assignment for s in snippets.load(solutions).values()} == {"02_cost_models"}
+    with pytest.raises(snippets.DrillError, match="unknown snippet 'ring_allreduce'"):
+        snippets.get("ring_allreduce", solutions)
+    (tmp_path / "drills.toml").write_text('notebooks = "01"\n')
+    with pytest.raises(snippets.DrillError, match='must be "all" or a list'):
+        snippets.load(solutions)
+
+
+def test_the_course_setting_opens_every_notebook_by_default():
+    """Does the course's own drills.toml say "all"?"""
+    assert snippets.allowed_notebooks(solved.SOLUTIONS) is None
+
+
+# ------------------------------------------------------------------ positions
+
+
+@pytest.mark.parametrize("name", list(snippets.load(every=True)))
+def test_positions_are_one_line_spans_and_never_trivial(name):
+    """Is every maskable position a one-line span of real code (no `self`, no lone bracket)?"""
+    source = snippets.load(every=True)[name].source
+    found = positions.maskable(source)
+    assert len(found) >= 10
+    for p in found:
+        assert source[p.start:p.end] == p.text and "\n" not in p.text
+        assert p.text.strip() not in ("self", "(", ")", "[", "]", ":", "[]", "()", "")
+    assert len({p.key for p in found}) == len(found)
+
+
+@pytest.mark.parametrize("name", ["ring_allreduce", "ShardedOptimizer", "allreduce_time_ring"])
+def test_drawn_blanks_never_overlap(name):
+    """Do the blanks of a drill never overlap, up to as many as fit?"""
+    found = positions.maskable(snippets.get(name).source)
+    most = len(positions.fitting(found))
+    for seed in range(30):
+        for count in (1, 5, most):
+            chosen = positions.choose(found, count, seed, name)
+            assert len(chosen) == count
+            assert not any(a.overlaps(b) for a in chosen for b in chosen if a is not b)
+
+
+def test_the_same_seed_and_history_give_the_same_blanks():
+    """Same seed, same history: same blanks; another seed: other blanks."""
+    first = drills.draw("ring_allreduce", 6, seed=7)[2]
+    assert drills.draw("ring_allreduce", 6, seed=7)[2] == first
+    assert drills.draw("ring_allreduce", 6, seed=8)[2] != first
+
+
+def test_missed_positions_come_back_unless_history_is_ignored():
+    """Is a position missed often masked more often, and does --ignore-history ignore that?"""
+    snippet, found, _ = drills.draw("ring_allreduce", 1, seed=0)
+    weak = next(p for p in found if p.text == "(i - step) % N")
+    for _ in range(10):
+        history.record("ring_allreduce", {weak.key: False})
+    seeds = range(40)
+    with_history = sum(weak in drills.draw("ring_allreduce", 4, s)[2] for s in seeds)
+    without = sum(weak in drills.draw("ring_allreduce", 4, s, ignore_history=True)[2]
+                  for s in seeds)
+    assert with_history > 3 * max(without, 1)
+    assert drills.draw("ring_allreduce", 4, 0)[2] == drills.draw("ring_allreduce", 4, 0)[2]
+
+
+def test_template_puts_blanks_inline_in_their_lines():
+    """Does the drill show the code line by line, with each blank where its span was?"""
+    snippet, right = blank_of("ring_allreduce", "(i + 1) % N")
+    lines = positions.template(snippet.source, [right])
+    assert len(lines) == len(snippet.source.split("\n"))
+    row = next(line for line in lines if 0 in line)
+    assert row == ["    right = [", 0, " for i in range(N)]"]
+
+
+# ------------------------------------------------------------------ checking
+
+
+def test_answers_equal_after_normalising_spacing_and_quotes():
+    """Are spacing and quote style ignored by the text check, and nothing else?"""
+    assert check.normalise("( i+1 )%N") == check.normalise("(i + 1) % N")
+    assert check.normalise("'gloo'") == check.normalise('"gloo"')
+    assert check.normalise("(1 + i) % N") != check.normalise("(i + 1) % N")
+
+
+def test_a_text_match_is_right_without_running(checker):
+    snippet, right = blank_of("ring_allreduce", "(i + 1) % N")
+    verdict, = checker.check(snippet, [right], ["(i+1)%N"])
+    assert verdict.right and verdict.why == "as the reference"
+
+
+def test_an_equivalent_answer_passes_the_hidden_test_and_a_wrong_one_does_not(checker):
+    """Is `(1 + i) % N` accepted for `(i + 1) % N` by running, and a wrong index rejected,
+    each blank with its own verdict?"""
+    snippet, right = blank_of("ring_allreduce", "(i + 1) % N")
+    _, chunk = blank_of("ring_allreduce", "(i - step) % N")
+    good, bad = checker.check(snippet, [right, chunk], ["(1 + i) % N", "(i - step + 1) % N"])
+    assert good.right and good.why == "ran the hidden test: passes"
+    assert bad.status == check.WRONG and bad.why.startswith("ran the hidden test: ")
+    both, = checker.check(snippet, [right], ["(i + 2) % N"])
+    assert both.status == check.WRONG
+
+
+def test_bad_answers_get_a_clear_verdict_and_keep_the_others(checker):
+    """Do an empty answer and one that is not Python say so, without losing the others?"""
+    snippet, right = blank_of("ring_allreduce", "(i + 1) % N")
+    _, chunk = blank_of("ring_allreduce", "(i - step) % N")
+    _, size = blank_of("ring_allreduce", "length // N")
+    empty, broken, fine = checker.check(snippet, [right, chunk, size],
+                                        ["  ", "(i - step", "length//N"])
+    assert (empty.status, empty.why) == (check.EMPTY, "not filled")
+    assert broken.status == check.INVALID and "not valid Python here" in broken.why
+    assert broken.answer == "(i - step" and fine.right
+
+
+def test_without_the_grading_side_answers_are_checked_by_text_only():
+    """Where autograder is not installed, does the checker say so and compare text?"""
+    code = ("import sys; sys.modules['autograder'] = None\n"
+            "from distlab.drills import Checker, get, maskable\n"
+            "s = get('ring_allreduce'); p = [x for x in maskable(s.source) "
+            "if x.text == '(i + 1) % N']\n"
+            "c = Checker(); print(c.text_only)\n"
+            "print([v.status for v in c.check(s, p, ['(1 + i) % N'])])\n"
+            "print([v.status for v in c.check(s, p, ['(i+1) % N'])])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout.split("\n")
+    assert out[:3] == ["the hidden tests are not installed here", "['differs']", "['right']"]
+
+
+def test_unknown_snippets_and_too_many_blanks_are_refused():
+    with pytest.raises(drills.DrillError, match="unknown snippet 'nope'; the snippets are: "):
+        drills.draw("nope", 3, 0)
+    with pytest.raises(drills.DrillError, match="1000 blanks asked, but ring_allreduce has "
+                                                "only 183 maskable positions"):
+        drills.draw("ring_allreduce", 1000, 0)
+    with pytest.raises(drills.DrillError, match="at most .* fit at once"):
+        drills.draw("ring_allreduce", 150, 0)
+    with pytest.raises(drills.DrillError, match="a whole number"):
+        drills.draw("ring_allreduce", -1, 0)
+
+
+# ------------------------------------------------------------------ history
+
+
+def test_history_lives_outside_the_course_and_resets():
+    """Is the default history file in the user's data folder, and does reset() forget?"""
+    env = {k: v for k, v in os.environ.items() if k != "DISTLAB_DRILLS_DB"}
+    default = subprocess.run([sys.executable, "-c", "from distlab.drills import history; "
+                              "print(history.path())"], capture_output=True, text=True,
+                             env=env, check=True).stdout.strip()
+    assert not Path(default).is_relative_to(ROOT) and default.endswith("distlab/drills.sqlite")
+    history.record("ring_allreduce", {"N#0": False, "N#1": True})
+    assert history.misses("ring_allreduce") == {"N#0": 1}
+    assert history.mastery("ring_allreduce", ["N#0", "N#1"]) == 0.5
+    history.record("ring_allreduce", {"N#0": True})
+    assert history.misses("ring_allreduce") == {}
+    history.reset("ring_allreduce")
+    assert history.mastery("ring_allreduce", ["N#0", "N#1"]) == 0.0
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "distlab.drills", *args], capture_output=True,
+                          text=True, cwd=ROOT)
+
+
+def test_write_then_check_from_the_terminal(tmp_path):
+    """Does `write` give a notebook with numbered blanks, and `check` a verdict per blank?"""
+    out = tmp_path / "drill.ipynb"
+    first = run_cli("write", "allreduce_time_ring", "--seed", "2", "--blanks", "3", "-o", str(out))
+    assert first.returncode == 0 and "20 maskable positions | 3 masked" in first.stdout
+    nb = json.loads(out.read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    code = nb["cells"][1]["source"]
+    assert code.count("_____") == 3 and "[1]" in code and "[3]" in code
+    snippet, chosen, answers = cli._drill_of(out)
+    assert answers == ["", "", ""]
+    filled = code
+    for position in chosen:
+        filled = filled.replace("_____", position.text.replace(" ", ""), 1)
+    nb["cells"][1]["source"] = filled
+    out.write_text(json.dumps(nb))
+    result = run_cli("check", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(" ✓ ") == 3 and "3 of 3 right" in result.stdout
+    again = tmp_path / "again.ipynb"
+    run_cli("write", "allreduce_time_ring", "--seed", "2", "--blanks", "3", "-o", str(again))
+    assert json.loads(again.read_text())["cells"][1]["source"] == code  # same seed and history
+
+
+def test_check_names_what_it_cannot_read(tmp_path):
+    """Do a drill changed outside its blanks, and a file that is no drill, give rc 2 and why?"""
+    out = tmp_path / "drill.ipynb"
+    run_cli("write", "allreduce_time_ring", "--blanks", "2", "-o", str(out))
+    nb = json.loads(out.read_text())
+    nb["cells"][1]["source"] = nb["cells"][1]["source"].replace("def ", "def  x")
+    out.write_text(json.dumps(nb))
+    result = run_cli("check", str(out))
+    assert result.returncode == 2 and "changed outside its blanks" in result.stderr
+    (tmp_path / "other.ipynb").write_text("{}")
+    result = run_cli("check", str(tmp_path / "other.ipynb"))
+    assert result.returncode == 2 and "is not a drill notebook" in result.stderr
+    result = run_cli("write", "ring_allreduce", "--blanks", "999")
+    assert result.returncode == 2 and result.stderr.startswith("error: 999 blanks asked")
