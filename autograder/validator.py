@@ -9,8 +9,9 @@ way (nbgrader's Validator, `validate_all`), then reads the outputs as a learner 
     ✗ check of ring_allgather: AssertionError: rank 1 holds [0, 1, 2], expected [0, 1, 2, 3]
     ⚠ chunk_bounds: line 5 was changed outside the blanks: ... (graded as released)
 
-A check is a locked code cell that uses a function the learner writes; a failing cell that is
-no check (a picture, say) is listed too, without counting. nbgrader_config.py puts this class
+A check is a locked code cell that asserts something about a function the learner writes; a
+failing cell that is no check (a picture or a measurement that uses one) is listed too, without
+counting. nbgrader_config.py puts this class
 where nbgrader's Validate handler and `nbgrader validate` look for `Validator`.
 """
 
@@ -59,6 +60,13 @@ def _names_used(source: str) -> set[str]:
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 
 
+def _asserts(source: str) -> bool:
+    try:
+        return any(isinstance(node, ast.Assert) for node in ast.walk(ast.parse(source)))
+    except SyntaxError:
+        return False
+
+
 def summary(nb) -> tuple[list[str], bool]:
     """(the lines Validate shows, whether anything is wrong) for an executed notebook."""
     exercises: list[str] = []  # learner functions, in notebook order
@@ -76,8 +84,8 @@ def summary(nb) -> tuple[list[str], bool]:
             continue
         reason = _reason(cell)
         used = [name for name in exercises if name in _names_used(cell.source)]
-        if utils.is_grade(cell):
-            used = []  # a graded cell: in a learner notebook its tests are hidden, nothing runs
+        if utils.is_grade(cell) or not _asserts(cell.source):
+            used = []  # a graded cell (its tests are hidden: nothing runs), or a picture
         if used:
             checks += 1
             if reason:

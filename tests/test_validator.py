@@ -57,7 +57,7 @@ def test_a_rank_error_keeps_the_learner_line_and_drops_the_rest():
     evalue = ("rank 0 raised IndexError: list index out of range\n"
               "  in ring_p2p, line 13: outgoing = chunks[step]\n  (ranks 1, 2 failed too)")
     nb = _notebook(_exercise("def ring_p2p(rank, world_size):\n    pass\n"),
-                   _check("run(ring_p2p, world_size=3)", _error("RankError", evalue)))
+                   _check("assert run(ring_p2p, world_size=3)", _error("RankError", evalue)))
     lines, _ = summary(nb)
     assert lines == ["0 of 1 checks pass.",
                      "✗ check of ring_p2p: RankError: rank 0 raised IndexError: list index out "
@@ -67,9 +67,20 @@ def test_a_rank_error_keeps_the_learner_line_and_drops_the_rest():
 
 
 def test_all_checks_passing_is_not_wrong():
-    nb = _notebook(_exercise("def double(x):\n    return 2 * x\n"), _check("double(1)"))
+    nb = _notebook(_exercise("def double(x):\n    return 2 * x\n"), _check("assert double(1) == 2"))
     lines, wrong = summary(nb)
     assert lines == ["1 of 1 checks pass."] and not wrong
+
+
+def test_a_picture_that_uses_an_exercise_is_no_check():
+    """A cell that draws with a learner function but asserts nothing (it may even draw
+    without it) is not counted: an untouched notebook passes 0 checks."""
+    nb = _notebook(_exercise("def ring_time(n):\n    return _____\n"),
+                   _check("show_costs({'ring': ring_time})"),
+                   _check("assert ring_time(2) == 1",
+                          _error("BlankNotFilled", "ring_time still has 1 blank line(s) to fill")))
+    lines, _ = summary(nb)
+    assert lines[0] == "0 of 1 checks pass."
 
 
 def test_an_exercise_changed_outside_its_blanks_is_reported_even_when_checks_pass():
@@ -80,7 +91,7 @@ def test_an_exercise_changed_outside_its_blanks_is_reported_even_when_checks_pas
     released, _ = blank_source(cell.source)
     edited = released.replace("bounds, start = [], 0", "bounds, start = [], 1")
     assert edited != released
-    nb = _notebook(_exercise(edited), _check("chunk_bounds(4, 2)"))
+    nb = _notebook(_exercise(edited), _check("assert chunk_bounds(4, 2)"))
     lines, wrong = summary(nb)
     assert wrong and lines[0] == "1 of 1 checks pass."
     assert lines[1].startswith("⚠ chunk_bounds: line 5 was changed outside the blanks "

@@ -165,8 +165,8 @@ def test_a_multi_rank_run_shows_a_live_line_while_it_runs(page):
     page.keyboard.press("Escape")
     page.keyboard.press("b")  # a new cell below, in command mode
     page.keyboard.press("Enter")
-    page.keyboard.insert_text('run(lambda rank, world_size: __import__("time").sleep(5), '
-                              'world_size=2)')
+    page.keyboard.insert_text('from distlab import run; run(lambda rank, world_size: '
+                              '__import__("time").sleep(5), world_size=2)')
     page.keyboard.press("Control+Enter")  # run it in place (Shift+Enter adds a cell below)
     cell = page.locator(f"{PANEL} .jp-CodeCell").last
     live = cell.locator(".jp-OutputArea-output", has_text="⏳")
