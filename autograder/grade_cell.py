@@ -83,13 +83,15 @@ def _labels(blanks, numbers) -> str:
     )
 
 
-def changed_outside_blanks(name: str, learner_source: str) -> tuple[int, str] | None:
+def changed_outside_blanks(name: str, learner_source: str, template: str | None = None
+                           ) -> tuple[int, str] | None:
     """(line, its code) of the first line of learner function `name` that differs from the
-    released template outside the blanks, or None (also when `name` is no exercise)."""
-    if name not in reference.exercise_names():
+    released template of its cell outside the blanks, or None (also when `name` is no
+    exercise). The template is looked up when not given."""
+    if template is None:
+        template = reference.released_templates().get(name)
+    if template is None:
         return None
-    _, cell, _ = reference.locate(name)
-    template, _ = blank_source(cell.source)
     released = functions(template).get(name)
     line = diagnose.changed_line(learner_source, released) if released and learner_source \
         else None
@@ -111,7 +113,7 @@ def assess(name: str, learner_source: str, make, points: float | None = None,
     filled = diagnose.read_fills(learner_source, template, blanks)
     # Only the blanks are the learner's: code changed elsewhere is graded as released.
     notes, graded = [], None
-    changed = changed_outside_blanks(name, learner_source)
+    changed = changed_outside_blanks(name, learner_source, template)
     if changed is not None:
         line, text = changed
         if not filled.aligned():

@@ -12,7 +12,7 @@ import types
 
 from autograder import solved
 from autograder.definitions import definitions, functions
-from autograder.markers import MarkerError
+from autograder.markers import MarkerError, blank_source
 
 
 @functools.cache
@@ -47,17 +47,19 @@ def locate(name: str) -> tuple[str, object, list]:
 
 
 @functools.cache
-def exercise_names() -> frozenset[str]:
-    """Every function a solution cell defines, in every readable solved source."""
-    names = set()
+def released_templates() -> dict[str, str]:
+    """function -> the released code of the solution cell that defines it (blanks as
+    `_____`), for every readable solved source; read without jupytext, for the kernel's
+    notices (distlab/notices.py)."""
+    templates = {}
     for assignment in solved.assignment_ids():
-        try:
-            cells = list(solved.solution_cells(assignment))
-        except MarkerError:
-            continue
-        for cell, _ in cells:
-            names.update(functions(cell.source))
-    return frozenset(names)
+        for source in solved.solution_sources(assignment).values():
+            try:
+                template, _ = blank_source(source)
+            except MarkerError:
+                continue
+            templates.update(dict.fromkeys(functions(source), template))
+    return templates
 
 
 def reference(name: str):

@@ -6,7 +6,7 @@ for name in ("bench.bench_launch", "bench.bench_ring", "bench.bench_cost",
              "bench.bench_tensor_parallel", "bench.bench_pipeline",
              "bench.bench_data_parallel", "bench.bench_zero",
              "bench.bench_notebooks", "bench.bench_grading",
-             "bench.bench_exchange", "bench.bench_drills"):
+             "bench.bench_exchange", "bench.bench_validate", "bench.bench_drills"):
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as err:
