@@ -23,7 +23,7 @@ from lab_server import ROOT, LabServer, unavailable  # noqa: E402
 from autograder import solved  # noqa: E402
 
 IDS = solved.assignment_ids()
-PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front (earlier ones stay open)
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -73,7 +73,10 @@ def page(request, lab, browser):
     page.console_errors = []
     page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
     page.on("pageerror", lambda e: page.console_errors.append(str(e)))
-    page.goto(f"{lab.url}/lab/tree/{assignment}/{assignment}.ipynb?token={lab.token}")
+    # ?reset: a workspace with this notebook alone. Lab would otherwise reopen the notebooks of
+    # the earlier tabs, saved with widget outputs whose models are gone with their kernels
+    # ("widget model not found" in the console).
+    page.goto(f"{lab.url}/lab/tree/{assignment}/{assignment}.ipynb?reset&token={lab.token}")
     page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=60_000)
     _wait_idle(page, 60_000)
     page.wait_for_timeout(1000)  # a kernel dialog would have shown by now
