@@ -18,7 +18,6 @@ cell ids, so regenerating an unchanged source gives byte-identical files.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,23 +98,15 @@ def load(assignment: str, solutions: Path = SOLUTIONS) -> nbformat.NotebookNode:
     return nb
 
 
-_ATTRIBUTE = re.compile(r'(\w+)(?:=(?:"([^"]*)"|(\S+)))?')
-
-
 def solution_sources(assignment: str, solutions: Path = SOLUTIONS) -> dict[str, str]:
     """grade_id -> source of each solution cell, read without jupytext: importing it (with
     nbformat) takes seconds, too long for a learner's kernel that only needs this. The same
     sources as load() gives (tests/test_solved.py checks); markers are not checked here."""
-    found, header, lines = {}, None, []
-    for line in [*source_path(assignment, solutions).read_text().split("\n"), "# %%"]:
-        if not line.startswith("# %%"):
-            lines.append(line)
-            continue
-        attributes = {m[1]: m[2] or m[3] for m in _ATTRIBUTE.finditer(header or "")}
-        if attributes.get("solution"):
-            found[attributes["solution"]] = "\n".join(lines).strip("\n")
-        header, lines = line[4:], []
-    return found
+    from distlab.drills.snippets import percent_cells
+
+    text = source_path(assignment, solutions).read_text()
+    return {attributes["solution"]: source for attributes, source, _ in percent_cells(text)
+            if attributes.get("solution")}
 
 
 def solution_cells(assignment: str, solutions: Path = SOLUTIONS):

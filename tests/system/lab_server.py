@@ -28,6 +28,30 @@ NOTEBOOK = "01_collectives/01_collectives.ipynb"
 MARKER = "DISTLAB_LAB_TEST"
 
 
+# The browser for end-to-end tests: Debian's chromium (.ci/run installs it), driven by
+# Playwright from PyPI (never `playwright install`).
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def browser_marks() -> list:
+    """pytest marks that skip a browser test, saying how to run it, where Chromium, Playwright
+    or a Lab server is missing."""
+    import importlib.util
+
+    import pytest
+
+    return [
+        pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                           reason=f"no {CHROMIUM}: `apt-get install -y chromium` (as root) "
+                           "runs the browser tests"),
+        pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
+                           reason="playwright is not installed (pip install playwright)"),
+        pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
+    ]
+
+
 def unavailable() -> str | None:
     """Why `make lab` cannot run here, or None."""
     if shutil.which("make") is None:

@@ -8,7 +8,6 @@ Run: .venv/bin/python -m pytest tests/system/test_browser.py -q   (about 30 s); 
 to $DISTLAB_SCREENSHOTS (default /tmp/lab-*.png)
 """
 
-import importlib.util
 import os
 import re
 import shutil
@@ -18,26 +17,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_server import ROOT, LabServer, unavailable  # noqa: E402
+from lab_server import CHROMIUM, CHROMIUM_ARGS, ROOT, LabServer, browser_marks  # noqa: E402
 
 from autograder import solved  # noqa: E402
 
 IDS = solved.assignment_ids()
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 SHOTS = Path(os.environ.get("DISTLAB_SCREENSHOTS", "/tmp"))
 
-pytestmark = [
-    pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"no {CHROMIUM}: `apt-get install -y chromium` (as root) "
-                       "runs the browser tests"),
-    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
-                       reason="playwright is not installed (pip install playwright)"),
-    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
-]
+pytestmark = browser_marks()
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ Needs Chromium and Playwright, as tests/system/test_browser.py (skipped without 
 Run: .venv/bin/python -m pytest tests/system/test_drills_browser.py -q   (about 40 s)
 """
 
-import importlib.util
 import re
 import shutil
 import sys
@@ -15,22 +14,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_server import ROOT, LabServer, unavailable  # noqa: E402
+from lab_server import CHROMIUM, CHROMIUM_ARGS, ROOT, LabServer, browser_marks  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 DRILL = ".distlab-drill"
 SUMMARY = re.compile(r"(\d+) maskable positions \| (\d+) masked")
 
-pytestmark = [
-    pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"no {CHROMIUM}: `apt-get install -y chromium` (as root) "
-                       "runs the browser tests"),
-    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
-                       reason="playwright is not installed (pip install playwright)"),
-    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
-]
+pytestmark = browser_marks()
 
 
 @pytest.fixture(scope="module")

@@ -73,8 +73,10 @@ def allowed_notebooks(solutions: Path) -> set[str] | None:
     return set(chosen)
 
 
-def _cells(text: str) -> list[tuple[dict, str, int]]:
-    """(header attributes, source, line of the header) of each `# %%` cell of a percent file."""
+def percent_cells(text: str) -> list[tuple[dict, str, int]]:
+    """(header attributes, source, line of the header) of each `# %%` cell of a percent file,
+    read without jupytext (seconds to import); autograder.solved reads solution cells with it
+    too, and tests/test_solved.py checks it against jupytext's reading."""
     cells, lines = [], text.split("\n")
     starts = [n for n, line in enumerate(lines) if HEADER.match(line)]
     for index, start in enumerate(starts):
@@ -111,7 +113,7 @@ def strip_markers(source: str) -> str:
 
 def _read(path: Path, assignment: str) -> list[Snippet]:
     text = path.read_text()
-    cells = _cells(text)
+    cells = percent_cells(text)
     runnable = tuple(code for attrs, code, _ in cells
                      if "markdown" not in attrs and "tests" not in attrs)
     found = []
