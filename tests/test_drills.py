@@ -301,3 +301,12 @@ def test_check_names_what_it_cannot_read(tmp_path):
     assert result.returncode == 2 and "is not a drill notebook" in result.stderr
     result = run_cli("write", "ring_allreduce", "--blanks", "999")
     assert result.returncode == 2 and result.stderr.startswith("error: 999 blanks asked")
+
+
+def test_a_kernel_with_a_drill_open_exits_at_once():
+    """Does a process that opened a drill (its runner warming up in the background) exit, and
+    leave no runner behind? Its exit once waited for ever on the warm-up thread's lock."""
+    code = "from distlab.drills.widget import Drill\nDrill()\nprint('made')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)
+    assert result.returncode == 0 and "made" in result.stdout, result.stderr

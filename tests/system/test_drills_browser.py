@@ -40,8 +40,13 @@ def page(lab):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{lab.url}/lab/tree/drills/drills.ipynb?token={lab.token}")
+        page.goto(f"{lab.url}/lab/tree/drills/drills.ipynb?reset&token={lab.token}")
         page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+        # Run All before the kernel is up can be lost on a loaded machine (CI once waited
+        # 60 s for a widget that never came): start from an idle kernel, as test_browser does
+        page.wait_for_function(
+            "() => /\\| Idle\\b/.test(document.querySelector('#jp-main-statusbar')?.innerText ?? '')",
+            timeout=120_000)
         try:
             yield page
         finally:
@@ -58,7 +63,11 @@ def test_the_drill_checks_a_blank_and_refreshes(page):
     assert page.locator(".jp-Dialog").count() == 0  # the notebook has its kernelspec
     page.locator("#jp-menu-panel .lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
-    page.wait_for_selector(f"{DRILL} .drill-blank input", timeout=60_000)
+    try:
+        page.wait_for_selector(f"{DRILL} .drill-blank input", timeout=120_000)
+    except Exception:
+        page.screenshot(path="/tmp/lab-drills-failed.png")
+        raise
     summary = SUMMARY.search(page.locator(DRILL).inner_text())
     assert summary and int(summary[1]) > 50 and int(summary[2]) == 5, summary
     assert page.locator(f"{DRILL} .drill-blank input").count() == 5

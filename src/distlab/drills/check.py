@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import io
+import sys
 import threading
 import tokenize
 import weakref
@@ -177,8 +178,14 @@ class Checker:
         return verdicts
 
     def close(self) -> None:
-        with self._lock:
+        # At interpreter exit a warm-up thread can hold the lock for ever (a daemon thread
+        # stops when it next needs the GIL): waiting for it would hang the kernel's shutdown.
+        locked = self._lock.acquire(timeout=0 if sys.is_finalizing() else 60)
+        try:
             _close(self._runners)
+        finally:
+            if locked:
+                self._lock.release()
 
 
 def _close(runners: dict) -> None:
