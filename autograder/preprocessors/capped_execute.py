@@ -22,6 +22,7 @@ import tempfile
 
 import zmq
 from jupyter_core.utils import run_sync
+from nbclient.output_widget import OutputWidget
 from nbformat.v4 import new_output, output_from_msg
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Int, Unicode
@@ -52,6 +53,16 @@ def _cut(output, room: int):
     else:  # an image or other rich output is dropped whole
         return None
     return output
+
+
+class KeptOutput(OutputWidget):
+    """nbclient's stand-in for an Output widget (what interact draws into), keeping what the
+    widget shows for the feedback page, without echoing each output back to the kernel on the
+    shell channel: the grading kernel never reads it, and after a cell whose widgets sent such
+    echoes, the next cell's request sometimes waited for the earlier cell's time limit."""
+
+    def sync_state(self) -> None:
+        pass
 
 
 class CappedExecute(Execute):
@@ -130,6 +141,13 @@ class CappedExecute(Execute):
             del self.km.client
 
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    def on_comm_open_jupyter_widget(self, msg):
+        state = msg["content"]["data"]["state"]
+        if (state.get("_model_module"), state.get("_model_name")) == (
+                "@jupyter-widgets/output", "OutputModel"):
+            return KeptOutput(msg["content"]["comm_id"], state, self.kc, self)
+        return super().on_comm_open_jupyter_widget(msg)
 
     def _room(self, cell_index: int) -> int:
         return min(self.cell_chars - self._cell_used.get(cell_index, 0),

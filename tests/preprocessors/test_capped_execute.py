@@ -35,3 +35,20 @@ def test_a_huge_single_message_is_cut_without_failing():
     big, after = execute("print('z' * 3_000_000)", "print('after')")
     assert len(big) < (1 << 20) + 200 and "output cut here" in big
     assert after == "after\n"
+
+
+def test_an_output_widget_keeps_its_outputs_for_feedback_without_echoing_them_to_the_kernel():
+    """Does an Output widget's output reach the notebook's widget state (the feedback page's
+    picture) while the kernel's widget hears nothing back? (nbclient echoes every output to the
+    kernel on the shell channel; after such echoes the next cell sometimes waited for the
+    widget cell's time limit.)"""
+    nb = new_notebook(cells=[
+        new_code_cell("import ipywidgets\nout = ipywidgets.Output()\ndisplay(out)\n"
+                      "with out:\n    print('drawn')"),
+        new_code_cell("print(len(out.outputs))")], metadata=KERNEL)
+    CappedExecute(timeout=20, kernel_name="python3").preprocess(nb, {"metadata": {"path": "."}})
+    state = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
+    kept = [model["state"]["outputs"] for model in state.values()
+            if model["model_name"] == "OutputModel"]
+    assert kept and kept[0][0]["text"] == "drawn\n", state
+    assert nb.cells[1].outputs[0]["text"] == "0\n"  # the kernel's widget heard no echo
