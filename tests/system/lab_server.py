@@ -52,6 +52,13 @@ def browser_marks() -> list:
     ]
 
 
+def wait_idle(page, timeout_ms: int) -> None:
+    """Wait until Lab's status bar says the notebook's kernel is idle."""
+    page.wait_for_function(
+        "() => /\\| Idle\\b/.test(document.querySelector('#jp-main-statusbar')?.innerText ?? '')",
+        timeout=timeout_ms)
+
+
 def unavailable() -> str | None:
     """Why `make lab` cannot run here, or None."""
     if shutil.which("make") is None:

@@ -244,12 +244,15 @@ def _leftover_in_tmp(name: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, start_from_release):
     """Every batch graded once: {batch: run}."""
     batches = {}
     for batch in BATCHES:
         names = HONEST + [n for n in ADVERSARIES if KINDS[n].batch == batch]
-        batches[batch] = grade_batch(names, tmp_path_factory.mktemp(f"batch{batch}"))
+        base = tmp_path_factory.mktemp(f"batch{batch}")
+        (base / "grading").mkdir()
+        start_from_release(base / "grading")
+        batches[batch] = grade_batch(names, base)
     for batch, run in batches.items():
         print(run["result"].stdout)
         print(f"batch {batch}: {len(run['names'])} submissions in {run['seconds']:.0f} s")

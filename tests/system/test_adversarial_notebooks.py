@@ -83,8 +83,9 @@ def early_return(assignment):
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, start_from_release):
     grading = tmp_path_factory.mktemp("grading")
+    start_from_release(grading)
     for assignment in IDS:
         for name, build in (("patches", patches), ("early_return", early_return)):
             folder = grading / "submitted" / name / assignment

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_server import CHROMIUM, CHROMIUM_ARGS, ROOT, LabServer, browser_marks  # noqa: E402
+from lab_server import CHROMIUM, CHROMIUM_ARGS, ROOT, LabServer, browser_marks, wait_idle  # noqa: E402
 
 from autograder import solved  # noqa: E402
 
@@ -67,7 +67,7 @@ def page(request, lab, browser):
     # ("widget model not found" in the console).
     page.goto(f"{lab.url}/lab/tree/{assignment}/{assignment}.ipynb?reset&token={lab.token}")
     page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=60_000)
-    _wait_idle(page, 60_000)
+    wait_idle(page, 60_000)
     page.wait_for_timeout(1000)  # a kernel dialog would have shown by now
     try:
         yield page
@@ -75,13 +75,6 @@ def page(request, lab, browser):
         context.close()
         for session in lab.api("GET", "/api/sessions"):  # its kernel and ranks end with it
             lab.api("DELETE", f"/api/sessions/{session['id']}")
-
-
-def _wait_idle(page, timeout_ms: int) -> None:
-    """Wait until the status bar says the notebook's kernel is idle."""
-    page.wait_for_function(
-        "() => /\\| Idle\\b/.test(document.querySelector('#jp-main-statusbar')?.innerText ?? '')",
-        timeout=timeout_ms)
 
 
 def _shot(page, step: str) -> None:
@@ -112,7 +105,7 @@ def test_run_all_shows_blank_not_filled(page):
     page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
     output = page.locator(f"{PANEL} .jp-OutputArea-output", has_text="BlankNotFilled").first
     output.wait_for(timeout=120_000)
-    _wait_idle(page, 120_000)
+    wait_idle(page, 120_000)
     page.wait_for_timeout(500)
     output.scroll_into_view_if_needed()
     page.wait_for_timeout(1000)
@@ -169,4 +162,4 @@ def test_a_multi_rank_run_shows_a_live_line_while_it_runs(page):
     _shot(page, "4-live-line")
     assert re.search(r"⏳ (starting 2 rank\(s\)|2 rank\(s\) running for \d+ s)", text), text
     cell.locator(".jp-OutputArea-output", has_text="ran for").wait_for(timeout=60_000)
-    _wait_idle(page, 60_000)
+    wait_idle(page, 60_000)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_server import CHROMIUM, CHROMIUM_ARGS, ROOT, LabServer, browser_marks  # noqa: E402
+from lab_server import CHROMIUM, CHROMIUM_ARGS, ROOT, LabServer, browser_marks, wait_idle  # noqa: E402
 
 DRILL = ".distlab-drill"
 SUMMARY = re.compile(r"(\d+) maskable positions \| (\d+) masked")
@@ -44,9 +44,7 @@ def page(lab):
         page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
         # Run All before the kernel is up can be lost on a loaded machine (CI once waited
         # 60 s for a widget that never came): start from an idle kernel, as test_browser does
-        page.wait_for_function(
-            "() => /\\| Idle\\b/.test(document.querySelector('#jp-main-statusbar')?.innerText ?? '')",
-            timeout=120_000)
+        wait_idle(page, 120_000)
         try:
             yield page
         finally:

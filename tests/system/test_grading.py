@@ -73,8 +73,9 @@ def submission(assignment, kind):
 
 
 @pytest.fixture(scope="module")
-def grading(tmp_path_factory):
+def grading(tmp_path_factory, start_from_release):
     grading = tmp_path_factory.mktemp("grading")
+    start_from_release(grading)
     env = dict(os.environ, DISTLAB_GRADING_DIR=str(grading),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     return grading, env
