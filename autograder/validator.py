@@ -21,9 +21,12 @@ import ast
 import re
 
 from nbgrader import utils
+from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, Execute
 from nbgrader.validator import Validator
+from traitlets import List
 
 from autograder.definitions import functions
+from autograder.preprocessors.capped_execute import QuietOutputWidgets
 from distlab.notices import defined_names
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -124,8 +127,14 @@ def _changed_lines(defined: dict[str, str]) -> list[tuple[str, int, str]]:
     return found
 
 
+class ValidateExecute(QuietOutputWidgets, Execute):
+    """nbgrader's Execute for Validate, its Output widgets kept without echoes."""
+
+
 class CourseValidator(Validator):
     """nbgrader's Validator with the course's summary in place of its cell-by-cell listing."""
+
+    preprocessors = List([CheckCellMetadata, ClearOutput, ValidateExecute])
 
     def validate(self, filename: str) -> dict:
         executed = {}

@@ -104,3 +104,23 @@ def test_an_exercise_cell_that_did_not_run_is_named():
     nb.cells[0].outputs = [_error("SyntaxError", "expected ':' (1234.py, line 1)")]
     lines, wrong = summary(nb)
     assert wrong and lines[1].startswith("✗ f (your cell): SyntaxError")
+
+
+def test_validate_runs_output_widgets_without_echoing_them_to_the_kernel():
+    """Does Validate's run keep an Output widget's output while the kernel's widget hears
+    nothing back? (After nbclient's echoes the next cell sometimes waited for the 30 s cell
+    limit: 5 times in 30 widget cells.)"""
+    from autograder.validator import CourseValidator
+
+    nb = new_notebook(cells=[
+        new_code_cell("import ipywidgets\nout = ipywidgets.Output()\ndisplay(out)\n"
+                      "with out:\n    print('drawn')"),
+        new_code_cell("print(len(out.outputs))")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}})
+    executed = CourseValidator()._preprocess(nb)
+    state = executed.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
+    assert any(model["state"].get("outputs") == [
+        {"name": "stdout", "output_type": "stream", "text": "drawn\n"}]
+        for model in state.values() if model["model_name"] == "OutputModel"), state
+    assert executed.cells[1].outputs[0]["text"] == "0\n"
