@@ -304,8 +304,8 @@ def test_check_names_what_it_cannot_read(tmp_path):
 
 
 def test_a_kernel_with_a_drill_open_exits_at_once():
-    """Does a process that opened a drill (its runner warming up in the background) exit, and
-    leave no runner behind? Its exit once waited for ever on the warm-up thread's lock."""
+    """Does a process that opened a drill (its runner warming up in the background) exit? Its
+    exit once waited for ever on the warm-up thread's lock."""
     code = "from distlab.drills.widget import Drill\nDrill()\nprint('made')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=ROOT, timeout=120)

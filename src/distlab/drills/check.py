@@ -180,7 +180,7 @@ class Checker:
     def close(self) -> None:
         # At interpreter exit a warm-up thread can hold the lock for ever (a daemon thread
         # stops when it next needs the GIL): waiting for it would hang the kernel's shutdown.
-        locked = self._lock.acquire(timeout=0 if sys.is_finalizing() else 60)
+        locked = self._lock.acquire(blocking=not sys.is_finalizing())
         try:
             _close(self._runners)
         finally:
