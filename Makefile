@@ -31,12 +31,14 @@ lab: setup
 	JUPYTER_CONFIG_PATH="$(CURDIR)/lab-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 		$(BIN)/jupyter lab $(ROOT_FLAG) $(LAB_ARGS)
 
-# Everything, as CI runs it: unit tests, then the slow system tests under tests/system/ (real
-# grading batches, Lab servers, the browser when a chromium is installed), then the
+# Two lanes (pytest-xdist; tests/conftest.py says how the work is split between them).
+LANES := -n 2 --dist loadgroup --no-loadscope-reorder
+
+# Everything, as CI runs it: unit tests, the slow system tests under tests/system/ (real
+# grading batches, Lab servers, the browser when a chromium is installed) and the
 # blank-strength check on every notebook (every plausible wrong answer must fail its test).
 test: setup
-	$(BIN)/python -m pytest
-	$(BIN)/python -m autograder.strength --jobs 2
+	$(BIN)/python -m pytest $(LANES)
 
 # The blank-strength check alone, with its report: `make strength IDS=01_collectives`.
 strength: setup
@@ -44,7 +46,7 @@ strength: setup
 
 # The edit loop: the unit tests only (tests marked slow are skipped).
 quick: setup
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest $(LANES) -m "not slow"
 
 release: setup
 	$(BIN)/python -m autograder.release

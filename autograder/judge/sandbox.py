@@ -41,8 +41,10 @@ from pathlib import Path
 KERNEL_NAME = "distlab-sandbox"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the course
 # Sandbox uids: in Debian's reserved 60000-64999 block, under systemd's DynamicUser range
-# (61184-65519) and inside the 0-65535 that user-namespaced containers usually map.
-FIRST_UID = 60100
+# (61184-65519) and inside the 0-65535 that user-namespaced containers usually map. Graders
+# that run on one machine at the same time (make test's two lanes) each take their own range:
+# a uid's process limit, memory cgroup and kernel sockets belong to one sandbox at a time.
+FIRST_UID = int(os.environ.get("DISTLAB_SANDBOX_FIRST_UID", "60100"))
 CGROUP_PREFIX = "distlab-sandbox-uid"  # + uid: reused after a killed sandbox left it behind
 MEMORY_V1 = "/sys/fs/cgroup/memory"  # where cgroup v1 mounts the memory controller
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8

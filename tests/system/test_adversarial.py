@@ -52,6 +52,7 @@ GUARDED = [ROOT / "solutions", ROOT / "notebooks"]
 COURSE = [ROOT / "solutions", ROOT / "notebooks", ROOT / "autograder", ROOT / "src",
           ROOT / "nbgrader_config.py"]
 SANDBOX_UIDS = {sandbox.uid_for(slot) for slot in range(JOBS)}
+SANDBOX_CGROUPS = {f"{sandbox.CGROUP_PREFIX}{uid}" for uid in SANDBOX_UIDS}  # not another lane's
 HIDDEN_TEST_IMPORT = "from autograder.grade_cell import grade"  # the hidden tests' first line
 
 pytestmark = pytest.mark.skipif(not sandbox.available(), reason="no sandbox here: "
@@ -146,7 +147,7 @@ def memory_cgroups() -> set[str]:
     mine = [ln.split(":", 2)[2] for ln in lines if "memory" in ln.split(":")[1:2][0]]
     folder = Path(sandbox.MEMORY_V1 + (mine[0].rstrip("/") if mine else ""))
     try:
-        return {p.name for p in folder.iterdir() if p.name.startswith(sandbox.CGROUP_PREFIX)
+        return {p.name for p in folder.iterdir() if p.name in SANDBOX_CGROUPS
                 and not _read(f"{p}/cgroup.procs").strip()}
     except OSError:
         return set()

@@ -1,0 +1,16 @@
+"""The blank-strength check on every notebook, as `make strength` runs it: every plausible wrong
+answer of every blank fails its hidden test, and every ACCEPT passes. (A test here, not a step
+after pytest, so that it runs in a lane of its own beside the grading batches.)"""
+
+import subprocess
+import sys
+
+from autograder import solved
+
+
+def test_every_blank_of_every_notebook_is_strong():
+    """Does `python -m autograder.strength` pass on the whole course?"""
+    result = subprocess.run([sys.executable, "-m", "autograder.strength", "--jobs", "2"],
+                            cwd=solved.ROOT, capture_output=True, text=True, timeout=1500)
+    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-4000:]
+    assert "blank strength: ok" in result.stdout, result.stdout[-8000:]
