@@ -32,7 +32,7 @@ lab: setup
 		$(BIN)/jupyter lab $(ROOT_FLAG) $(LAB_ARGS)
 
 # Two lanes (pytest-xdist; tests/conftest.py says how the work is split between them).
-LANES := -n 2 --dist loadgroup --no-loadscope-reorder
+LANES := -n 2
 
 # Everything, as CI runs it: unit tests, the slow system tests under tests/system/ (real
 # grading batches, Lab servers, the browser when a chromium is installed) and the

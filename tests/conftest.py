@@ -1,6 +1,6 @@
-"""`make test` runs the suite in two lanes (pytest-xdist: `-n 2 --dist loadgroup`). The grading
-batches keep a core busy; much of the rest waits (on Lab, a browser, ranks starting, a deadlock's
-timeout), and the other lane fills that time.
+"""`make test` runs the suite in two lanes (pytest-xdist: `-n 2`). The grading batches keep a
+core busy; much of the rest waits (on Lab, a browser, ranks starting, a deadlock's timeout), and
+the other lane fills that time.
 
 - Each worker grades in its own grading folder with its own sandbox uids, as two graders on one
   machine must: a uid's process limit, memory cgroup and kernel sockets belong to one sandbox
@@ -49,18 +49,29 @@ LONGEST_FIRST = (
 )
 
 
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].removeprefix("tests/")
+
+
 def pytest_collection_modifyitems(config, items):
-    rank = {name: k for k, name in enumerate((GRADING_BATCHES[0], *LONGEST_FIRST))}
-    for name in GRADING_BATCHES:
-        rank[name] = 0
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST, start=1)}
+    rank.update({name: 0 for name in GRADING_BATCHES})
+    items.sort(key=lambda item: rank.get(module_of(item.nodeid), len(rank)))  # stable
 
-    def module(item):
-        return Path(item.fspath).relative_to(HERE).as_posix()
 
-    for item in items:
-        group = "grading_batches" if module(item) in GRADING_BATCHES else module(item)
-        item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: rank.get(module(item), len(rank)))  # stable: order within
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scheduling by scope, with one scope per module and one for the grading batches,
+    handed out in the order above."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            module = module_of(nodeid)
+            return "grading batches" if module in GRADING_BATCHES else module
+
+    config.option.loadscopereorder = False
+    return Lanes(config, log)
 
 
 def pytest_sessionfinish(session):
