@@ -330,6 +330,17 @@ def test_does_a_function_from_an_importable_module_run(tmp_path, monkeypatch):
     assert run(learner_helpers.twice, world_size=2) == [0, 2]
 
 
+def test_a_long_tmpdir_still_runs_ranks(tmp_path):
+    """Does run() work where TMPDIR is longer than a Unix socket's path may be? (Its socket
+    goes to a short folder; make test's lanes put tmp_path past that length.)"""
+    folder = tmp_path / ("deep" * 20)
+    folder.mkdir()
+    script = "from distlab import run\nprint(run(lambda rank, world_size: rank, world_size=2))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "TMPDIR": str(folder)})
+    assert (done.stdout, done.stderr) == ("[0, 1]\n", "")
+
+
 def test_do_ranks_die_when_the_notebook_process_dies(tmp_path):
     script = textwrap.dedent("""
         import os, signal

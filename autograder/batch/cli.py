@@ -68,15 +68,19 @@ def release_if_changed(ids: list[str], url: str) -> None:
     """Fill the gradebook from a release of each assignment, unless its source is unchanged
     since the last one (the gradebook at `url` learns cells, checksums and hidden tests from
     it)."""
-    for assignment in ids:
-        stamp = GRADING / "release" / assignment / ".source-sha256"
-        digest = hashlib.sha256(solved.source_path(assignment).read_bytes()).hexdigest()
-        if stamp.exists() and stamp.read_text() == digest and Path(db_path(url)).exists():
-            continue
-        from autograder import release  # here: it imports nbgrader
+    digests = {assignment: hashlib.sha256(solved.source_path(assignment).read_bytes()).hexdigest()
+               for assignment in ids}
+    stamps = {assignment: GRADING / "release" / assignment / ".source-sha256" for assignment in ids}
+    changed = [assignment for assignment in ids
+               if not (stamps[assignment].exists() and Path(db_path(url)).exists()
+                       and stamps[assignment].read_text() == digests[assignment])]
+    if not changed:
+        return
+    from autograder import release  # here: it imports nbgrader
 
-        release.release([assignment], release_dir=GRADING / "release")
-        stamp.write_text(digest)
+    release.release(changed, release_dir=GRADING / "release")
+    for assignment in changed:
+        stamps[assignment].write_text(digests[assignment])
 
 
 def db_path(url: str) -> str:

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from multiprocessing.connection import Connection, wait
 
@@ -23,6 +24,7 @@ GRACE_S = 1.0  # once a rank has failed, how long the others get before we stop 
 WHERE_S = 1.0  # how long a stuck rank gets to say where it is
 START_S = 120.0  # zygote import and fork; not counted in the learner's `timeout`
 TICK_S = 0.5  # how often a notebook's live line is updated while ranks run
+SUN_PATH_MAX = 107  # bytes in a Unix socket's path (Linux's sun_path, less its final NUL)
 
 
 class Pool:
@@ -31,6 +33,9 @@ class Pool:
     def __init__(self, folder: str):
         self.folder, self.log = folder, os.path.join(folder, "workers.log")
         self.path = os.path.join(folder, f"p{time.monotonic_ns()}.sock")
+        if len(os.fsencode(self.path)) > SUN_PATH_MAX:  # a long TMPDIR: bind where it fits
+            self.path = os.path.join(tempfile.mkdtemp(prefix="distlab-", dir="/tmp"),
+                                     os.path.basename(self.path))
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
         self.listener.listen(64)
@@ -211,6 +216,9 @@ class Pool:
         self.listener.close()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
+        if os.path.dirname(self.path) != self.folder:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(self.path))
 
 
 def worker_env() -> dict:

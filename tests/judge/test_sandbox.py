@@ -81,6 +81,16 @@ def memory_cgroup_parent() -> str | None:
 
 # ---- wrap() itself: no root needed ----
 
+def test_a_second_grader_on_the_machine_takes_its_own_uids():
+    """Does DISTLAB_SANDBOX_FIRST_UID move the slots' uids (two graders at once, as the two
+    lanes of make test, must not share one)?"""
+    code = "from autograder.judge import sandbox; print(sandbox.uid_for(0), sandbox.uid_for(3))"
+    env = {**os.environ, "DISTLAB_SANDBOX_FIRST_UID": "60300"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=solved.ROOT, check=True).stdout
+    assert out.split() == ["60300", "60303"]
+
+
 def test_does_wrap_refuse_to_run_as_root():
     with pytest.raises(ValueError, match="never root"):
         wrap(["true"], uid=0)
