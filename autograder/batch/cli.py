@@ -71,8 +71,9 @@ def release_if_changed(ids: list[str], url: str) -> None:
     digests = {assignment: hashlib.sha256(solved.source_path(assignment).read_bytes()).hexdigest()
                for assignment in ids}
     stamps = {assignment: GRADING / "release" / assignment / ".source-sha256" for assignment in ids}
+    gradebook = Path(db_path(url)).exists()
     changed = [assignment for assignment in ids
-               if not (stamps[assignment].exists() and Path(db_path(url)).exists()
+               if not (gradebook and stamps[assignment].exists()
                        and stamps[assignment].read_text() == digests[assignment])]
     if not changed:
         return
