@@ -1,10 +1,12 @@
 """Grading throughput: `make grade` (parallel) vs serial `nbgrader autograde`, on the same
-submissions in the same run; and one submission's grading overhead vs running its notebook.
+submissions in the same run; one submission's grading overhead vs running its notebook; and
+the judge's fresh process per graded function, with and without the runner's preload.
 
     python -m bench.bench_grading [--students 4]
 
 Baselines, measured here: nbgrader's own serial `autograde` of every student (same config,
-judge and sandbox included), and nbclient executing the same notebook with no grading at all.
+judge and sandbox included), nbclient executing the same notebook with no grading at all, and
+a runner child that imports what the cells import itself (the runner before its preload).
 """
 
 from __future__ import annotations
@@ -58,6 +60,46 @@ def _check_grades(grading: Path) -> None:
         raise SystemExit(f"make grade graded solved submissions wrongly: {wrong}\n{logs}")
 
 
+# In a fresh interpreter: the runner's warm-up, the preload or not, then CHILDREN children that
+# each define the solved cells (what a judge's fork does before its first call) and exit.
+CHILD = """
+import os, statistics, sys, time
+from autograder import solved
+from autograder.judge import runner
+nb = solved.load(sys.argv[1])
+cells = [cell.source for cell in nb.cells if cell.cell_type == "code"]
+runner.warm_up()
+if sys.argv[2] == "preload":
+    runner.preload(cells)
+times = []
+for _ in range(int(sys.argv[3])):
+    start = time.perf_counter()
+    if os.fork() == 0:
+        runner.define(cells)
+        os._exit(0)
+    os.wait()
+    times.append(time.perf_counter() - start)
+print(statistics.median(times))
+"""
+CHILDREN = 5
+
+
+def _child_seconds(assignment: str, mode: str) -> float:
+    out = subprocess.run([sys.executable, "-c", CHILD, assignment, mode, str(CHILDREN)],
+                         cwd=solved.ROOT, check=True, capture_output=True, text=True).stdout
+    return float(out.split()[-1])
+
+
+def judge_children() -> list[dict]:
+    rows = []
+    for assignment in solved.assignment_ids():
+        cold, warm = (_child_seconds(assignment, mode) for mode in ("cold", "preload"))
+        rows.append({"notebook": assignment, "baseline: child imports (ms)": f"{1e3 * cold:.0f}",
+                     "preloaded (ms)": f"{1e3 * warm:.0f}", "ratio": f"{cold / warm:.1f}x faster"})
+    table(f"The judge's fresh process per graded function (median of {CHILDREN})", rows)
+    return rows
+
+
 def main(students: int = 4) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="distlab-bench-") as tmp:
         grading = Path(tmp)
@@ -93,7 +135,7 @@ def main(students: int = 4) -> list[dict]:
          "seconds": f"{one:.1f}", "submissions/min": "", "ratio": f"{one / plain:.2f}x slower"},
     ]
     table("Grading throughput and overhead", rows)
-    return rows
+    return rows + judge_children()
 
 
 if __name__ == "__main__":

@@ -107,3 +107,35 @@ def test_each_fork_starts_from_the_cells_not_from_what_the_last_one_left():
         assert runner._proc.pid == pid
     finally:
         runner.close()
+
+
+def test_the_runner_preloads_only_public_modules_of_trusted_packages():
+    """Are torch, numpy and distlab modules the cells import (and the hidden tests' own) the
+    ones the runner imports before it forks, and never a name the learner picks elsewhere, a
+    private module or a __main__ (importing those may run something)?"""
+    from autograder.judge.runner import preloadable
+
+    cells = ["import os\nimport numpy as np\nimport torch.distributed as dist\n"
+             "from distlab.pipeline import show_schedule\n",
+             "from autograder.grade_cell import grade\nimport autograder.batch.__main__\n"
+             "from distlab.drills.__main__ import main\nimport torch._dynamo\nimport antigravity\n"
+             "from . import sibling\nimport numpy\n",
+             "def f():\n    import distlab.zero  # inside a function: not at import time\n"]
+    assert preloadable(cells) == ["numpy", "torch.distributed", "distlab.pipeline",
+                                  "autograder.grade_cell"]
+
+
+def test_a_child_that_changes_a_preloaded_module_leaves_the_next_child_a_clean_one():
+    """numpy is loaded in the runner before it forks: does a change one graded function makes
+    to it stay in that function's process?"""
+    cells = ["import numpy as np\n",
+             "def poison():\n    np.poisoned = True\n    return True\n",
+             "def poisoned():\n    return getattr(np, 'poisoned', False)\n"]
+    runner = judge.Runner(cells, call_seconds=10)
+    try:
+        assert judge.Remote(runner, "poison")() is True
+        assert judge.Remote(runner, "poisoned")() is True  # the same child
+        runner.fork()
+        assert judge.Remote(runner, "poisoned")() is False
+    finally:
+        runner.close()
