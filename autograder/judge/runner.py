@@ -3,7 +3,8 @@ the sandbox. It defines the learner's notebook code, then answers the judge's re
 the function on these inputs; run it on N ranks through this harness) with plain values.
 
 Start-up is paid once per submission: this process imports torch and starts the ranks'
-launcher, and never runs learner code itself. Each `load` forks a fresh child that defines the
+launcher (and, at the first load, the modules the code imports from the course, torch and
+numpy), and never runs learner code itself. Each `load` forks a fresh child that defines the
 code and answers until `end`, so no graded function (or wrong-blank candidate) can reach the
 state another one left behind; the child's calls on ranks use fresh ranks of the warm launcher.
 
