@@ -54,15 +54,15 @@ class Blank:
     hint: str  # the comment that stays in the release ("" if none)
 
 
-CLAUSE_START = re.compile(r"#\s*(?:ACCEPT|REJECT)\b")
-CLAUSE = re.compile(r"\s*#\s*(?P<kind>ACCEPT|REJECT)\b(?:\s+(?P<which>\d+))?"
+CLAUSE_START = re.compile(r"#\s*(?:ACCEPT|REJECT|SHAPE)\b")
+CLAUSE = re.compile(r"\s*#\s*(?P<kind>ACCEPT|REJECT|SHAPE)\b(?:\s+(?P<which>\d+))?"
                     r"(?P<items>(?:\s*`[^`]+`)+)\s*")
 ITEM = re.compile(r"`([^`]+)`")
 
 
 @dataclass(frozen=True)
 class Clause:
-    kind: str  # "ACCEPT" or "REJECT"
+    kind: str  # "ACCEPT", "REJECT" or "SHAPE" (a reason for the give-away check)
     which: int | None  # which blank of the line (1 = leftmost); None: the line's only blank
     answers: tuple[str, ...]
 

@@ -169,3 +169,16 @@ def first_rank_failure(where: str, entries: list) -> None:
         for rank, entry in enumerate(entries):
             if entry[0] == kind:
                 raise AssertionError(f"{where}: rank {rank}: {entry[1]}")
+
+
+# ---------------------------------------------------------------- what a rank did
+
+# the shared recorder (autograder/exercises/recorder.py), for every real-rank test
+from autograder.exercises.recorder import (  # noqa: E402, F401
+    Record,
+    calls_of,
+    describe,
+    live_tensor_bytes,
+    nbytes,
+    recording,
+)
