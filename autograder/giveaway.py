@@ -16,7 +16,8 @@ its hint. Four findings, each with the file:line of the blank (and of the text t
   carries its reason in the marker, `` # SHAPE `the general form is shown once, in the box` ``,
   and a notebook may hold at most MAX_SHAPES of them.
 - HINT: the hint states the answer (any answer that is not a lone name).
-- REPEATED: one answer shape (names renamed) asked more than MAX_REPEATS times in a notebook.
+- REPEATED: one answer shape (names renamed, numbers too) asked more than MAX_REPEATS times in
+  a notebook: `(i - step) % N`, `(r - step) % N` and `(rank - k) % N` are one idea.
 
 Any finding but a SAME SHAPE with its reason fails the check.
 """
@@ -261,7 +262,8 @@ def _one_blank(report: Report, blank: Blank, where: str, reason: str, before: li
                 return
     answer_shape = shape(answer_tokens, kept)
     if len(answer_tokens) >= MIN_SHAPE_TOKENS:
-        asked.setdefault(tuple(answer_shape), []).append((where, answer))
+        idea = tuple("0" if re.fullmatch(r"\d+(\.\d*)?", t) else t for t in answer_shape)
+        asked.setdefault(idea, []).append((where, answer))
         for piece_where, piece in _code_pieces(before):
             if _contains(shape(tokens(piece), kept), answer_shape):
                 report.findings.append(Finding("SAME SHAPE", where, answer,

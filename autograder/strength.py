@@ -11,7 +11,9 @@ students' seeds, and a mutant must fail under each). Every mutant must fail; an 
 solved line lists as `# ACCEPT` must pass; a blank with no mutant at all fails the check (list
 wrong answers by hand: `# REJECT`; syntax in autograder/mutants.py). Each notebook's report
 gives blanks, mutants, caught and accepted, then one line per failure with the blank's
-file:line; the exit status is 1 on any failure.
+file:line; the exit status is 1 on any failure. The give-away check (autograder/giveaway.py:
+can a blank be filled by copying text shown before it?) runs first, on the same notebooks,
+and fails the command too.
 
 Mutants run in worker processes forked from this one once the references, the hidden tests and
 torch are imported; each worker keeps its own rank launcher warm for the real-rank tests. A
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
 
-from autograder import solved
+from autograder import giveaway, solved
 from autograder.definitions import definitions
 from autograder.markers import BLANK, Blank, MarkerError, blank_source, comment_start
 from autograder.mutants import (
@@ -528,16 +530,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
+        # the give-away check first: it reads the sources only, and answers in seconds
+        given = giveaway.check(args.ids or None)
         reports = check(args.ids, args.jobs, args.seeds, args.timeout)
     except MarkerError as err:
         print(f"blank strength: {err}")
         return 1
+    for report in given:
+        print(report.text())
     for report in reports:
         print(report.text(args.verbose))
+    gave = sum(len(report.failures()) for report in given)
     failed = sum(len(report.failures()) for report in reports)
+    print(f"give-away: {'FAILED, ' + str(gave) + ' failure(s)' if gave else 'ok'}")
     print(f"blank strength: {'FAILED, ' + str(failed) + ' failure(s)' if failed else 'ok'} "
           f"in {time.monotonic() - started:.1f} s")
-    return 1 if failed else 0
+    return 1 if failed or gave else 0
 
 
 if __name__ == "__main__":

@@ -20,6 +20,17 @@ from autograder.definitions import functions
 from autograder.markers import blank_source
 
 
+def answered(source: str, blanks: list, answers: dict[int, str], name: str = "") -> str:
+    """A solved cell's source with each blank number in `answers` answered so."""
+    lines = source.split("\n")
+    for number, answer in answers.items():
+        blank = blanks[number - 1]
+        code, marker = lines[blank.line - 1].split("# BLANK", 1)
+        assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {code!r}"
+        lines[blank.line - 1] = code.replace(blank.answer, answer) + "# BLANK" + marker
+    return "\n".join(lines)
+
+
 class Notebook:
     def __init__(self, assignment: str):
         self.assignment = assignment
@@ -37,14 +48,7 @@ class Notebook:
     def variant_of(self, name: str, answers: dict[int, str]):
         """The reference `name` with each blank number in `answers` answered so."""
         _, cell, blanks = reference.locate(name)
-        lines = cell.source.split("\n")
-        for number, answer in answers.items():
-            blank = blanks[number - 1]
-            code, marker = lines[blank.line - 1].split("# BLANK", 1)
-            assert code.count(blank.answer) == 1, \
-                f"{name} [{number}]: answer not unique in {code!r}"
-            lines[blank.line - 1] = code.replace(blank.answer, answer) + "# BLANK" + marker
-        return self.define(name, "\n".join(lines))
+        return self.define(name, answered(cell.source, blanks, answers, name))
 
     def variant(self, name: str, number: int, answer: str):
         """The reference `name` with blank `number` answered `answer`."""

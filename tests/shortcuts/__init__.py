@@ -9,7 +9,8 @@ would fill them. One module per notebook (`tests/shortcuts/<id>.py`) lists
 Keys are blank numbers of the function (as its released cell numbers them), values what goes in
 each. tests/test_shortcuts.py checks that each shortcut fails its hidden test with a message
 that names the broken idea and that grade() does not give it full marks; each honest answer
-passes. tests/system/test_shortcuts.py grades them through `make grade`.
+passes. tests/system/test_grading.py grades, through `make grade`, each notebook with the
+first shortcut of every function applied (`submission`): each such function must lose points.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import importlib
 from dataclasses import dataclass
 
 from autograder import solved
+from autograder.definitions import functions
+from autograder.markers import blank_source
 
 
 @dataclass(frozen=True)
@@ -44,3 +47,27 @@ def suite(kind: str = "SHORTCUTS") -> list[tuple[str, Shortcut]]:
             continue
         found += [(assignment, item) for item in getattr(module, kind, [])]
     return found
+
+
+def first_of_each(assignment: str) -> dict[str, Shortcut]:
+    """{function: its first shortcut} of one notebook."""
+    firsts: dict[str, Shortcut] = {}
+    for name, item in suite():
+        if name == assignment:
+            firsts.setdefault(item.function, item)
+    return firsts
+
+
+def submission(assignment: str):
+    """The solved notebook with the first shortcut of every function in it."""
+    from notebook_testing import answered
+
+    nb = solved.load(assignment)
+    for cell in nb.cells:
+        if not cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        for name in functions(cell.source):
+            if name in (firsts := first_of_each(assignment)):
+                cell.source = answered(cell.source, blank_source(cell.source)[1],
+                                       firsts[name].answers, name)
+    return nb

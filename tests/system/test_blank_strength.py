@@ -1,6 +1,7 @@
 """The blank-strength check on every notebook, as `make strength` runs it: every plausible wrong
-answer of every blank fails its hidden test, and every ACCEPT passes. (A test here, not a step
-after pytest, so that it runs in a lane of its own beside the grading batches.)"""
+answer of every blank fails its hidden test, every ACCEPT passes, and no blank is given away.
+(A test here, not a step after pytest, so that it runs in a lane of its own beside the grading
+batches.)"""
 
 import subprocess
 import sys
@@ -14,3 +15,4 @@ def test_every_blank_of_every_notebook_is_strong():
                             cwd=solved.ROOT, capture_output=True, text=True, timeout=1500)
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-4000:]
     assert "blank strength: ok" in result.stdout, result.stdout[-8000:]
+    assert "give-away: ok" in result.stdout, result.stdout[-8000:]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import shortcuts
 
 from autograder import solved
 from autograder.markers import blank_source
@@ -91,6 +92,11 @@ def graded(grading):
             folder = grading / "submitted" / kind / assignment
             folder.mkdir(parents=True)
             nbformat.write(submission(assignment, kind), folder / f"{assignment}.ipynb")
+    for assignment in WRONG:  # the shortcut suite's first shortcut of every function
+        if shortcuts.first_of_each(assignment):
+            folder = grading / "submitted" / "shortcuts" / assignment
+            folder.mkdir(parents=True)
+            nbformat.write(shortcuts.submission(assignment), folder / f"{assignment}.ipynb")
     folder = grading / "submitted" / "cheat" / "01_collectives"
     folder.mkdir(parents=True)
     nbformat.write(cheat(solved.load("01_collectives")), folder / "01_collectives.ipynb")
@@ -203,3 +209,18 @@ def test_nbgrader_cli_grades_like_make_grade(grading, graded):
     with Gradebook(overrides["db_url"]) as book:
         score = book.find_submission(assignment, "cli").score
     assert score == float(graded[0][assignment]["solved"]["score"])
+
+
+@pytest.mark.parametrize("assignment", IDS)
+def test_a_shortcut_loses_points_and_the_feedback_names_the_idea(graded, assignment):
+    """Does each function that holds a shortcut (tests/shortcuts/) earn less than full marks
+    under make grade, while the functions graded beside it keep theirs, and does the feedback
+    name the idea the shortcut skipped?"""
+    firsts = shortcuts.first_of_each(assignment)
+    assert firsts, f"{assignment} has no shortcut suite (tests/shortcuts/{assignment}.py)"
+    rows, feedback = graded
+    row, full = rows[assignment]["shortcuts"], rows[assignment]["solved"]
+    for function, shortcut in firsts.items():
+        cell = f"{function}_tests"
+        assert float(row[cell]) < float(full[cell]), (shortcut.id, row)
+        assert shortcut.says.lower() in feedback[assignment]["shortcuts"].lower(), shortcut.id
