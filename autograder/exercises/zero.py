@@ -16,11 +16,15 @@ import types
 
 from autograder.exercises import exercise
 from autograder.exercises.checks import (
+    calls_of,
     check_close,
     check_tensor,
+    describe,
     first_rank_failure,
+    live_tensor_bytes,
     on_ranks,
     rank_failure,
+    recording,
     short_group,
 )
 
@@ -194,6 +198,21 @@ def _case_text(n, widths, name, steps):
     return f"world_size={n}, layer widths {list(widths)}, {name}, {steps} steps"
 
 
+def _live(*exclude):
+    """Bytes of tensors alive on this rank (garbage collected first), but `exclude`'s."""
+    import gc
+
+    gc.collect()
+    return live_tensor_bytes(*exclude)
+
+
+def _kb(nbytes):
+    return f"{nbytes} B" if abs(nbytes) < 2000 else f"{nbytes / 1e3:.1f} kB"
+
+
+SCALAR_SLACK = 16  # bytes per updated tensor an optimizer may keep besides its state (a step)
+
+
 # ---------------------------------------------------------------- ZeRO-1
 
 
@@ -209,6 +228,7 @@ def _zero1_harness(rank, world_size, cls, cases):
         model = _model(widths, seed)
         x, y = (t.chunk(world_size)[rank] for t in _batch(widths, world_size, seed))
         params = list(model.parameters())
+        before = _live()  # the model and this rank's batch
         optimizer = cls(params[:-2], getattr(torch.optim, name), **OPTIMIZERS[name])
         for step in range(steps):
             model.zero_grad()
@@ -218,8 +238,9 @@ def _zero1_harness(rank, world_size, cls, cases):
             optimizer.step()
             if step == 0:
                 optimizer.add_param_group({"params": params[-2:], "lr": late_lr})
+        held_bytes = _live(*[p.grad for p in params]) - before  # what the optimizer added
         held = [any(p is q for q in optimizer.local.state) for p in params]
-        return [p.detach().clone() for p in params], held
+        return [p.detach().clone() for p in params], held, held_bytes
 
     return _run_cases(rank, world_size, cases, one_case)
 
@@ -243,10 +264,20 @@ def ShardedOptimizer(cls, rng):  # noqa: N802 - the exercise is named after the 
             params = list(model.parameters())
             owners, loads = _oracle_assign([p.numel() for p in params[:-2]], [0] * n)
             owners += _oracle_assign([p.numel() for p in params[-2:]], loads)[0]
-            for rank, (_, (got, held)) in enumerate(entries):
+            full_state = 8 * STATE_PER_ELEMENT[name] * sum(p.numel() for p in params)
+            for rank, (_, (got, held, held_bytes)) in enumerate(entries):
                 for i, (pname, param) in enumerate(model.named_parameters()):
                     check_tensor(got[i], param.detach(), where, rank, f"parameter {pname}",
                                  "unsharded training gives")
+                owned = sum(p.numel() for p, o in zip(params, owners, strict=True) if o == rank)
+                budget = 8 * STATE_PER_ELEMENT[name] * owned
+                if n > 1 and held_bytes > budget + SCALAR_SLACK * len(params):
+                    raise AssertionError(
+                        f"{where}: after the steps, rank {rank} holds {_kb(held_bytes)} more "
+                        f"than the model and its gradients, though its optimizer state is that "
+                        f"of the {owned} elements it owns, {_kb(budget)} (the state of every "
+                        f"parameter is {_kb(full_state)}): ZeRO-1 keeps each parameter's "
+                        "optimizer state on its owner only, wherever it is stored")
                 for i, (pname, param) in enumerate(model.named_parameters()):
                     if held[i] != (owners[i] == rank):
                         shape = tuple(param.shape)
@@ -381,7 +412,7 @@ def FlatShard(cls, rng):  # noqa: N802 - the exercise is named after the learner
             flat, size = _padded(tensors, n)
             others = [_padded(_layer_tensors(shapes, seed + 1 + r, dtype), n)[0] for r in range(n)]
             mean = torch.stack(others).mean(dim=0)
-            for rank, (_, (got_flat, shard, full, views, reduced)) in enumerate(entries):
+            for rank, (_, (got_flat, shard, _, _, _)) in enumerate(entries):  # layouts first
                 if got_flat.numel() != flat.numel():
                     raise AssertionError(f"{where}: the flat buffer has {got_flat.numel()} "
                                          f"elements, expected {flat.numel()}: padded to the "
@@ -390,6 +421,7 @@ def FlatShard(cls, rng):  # noqa: N802 - the exercise is named after the learner
                 mine = flat[rank * size:(rank + 1) * size]
                 check_tensor(shard, mine, where, rank, "its slice",
                              f"slice {rank} of the flat buffer is")
+            for rank, (_, (_, _, full, views, reduced)) in enumerate(entries):
                 check_tensor(full, flat, where, rank, "the gathered buffer")
                 for t, (got, want) in enumerate(zip(views, tensors, strict=True)):
                     check_tensor(got, want, where, rank, f"view {t}")
@@ -410,15 +442,21 @@ def _zero2_harness(rank, world_size, cls, cases):
         widths, name, steps, seed = case
         model = _model(widths, seed)
         x, y = (t.chunk(world_size)[rank] for t in _batch(widths, world_size, seed))
+        before = _live()  # the model and this rank's batch
         optimizer = cls(model.parameters(), getattr(torch.optim, name), **OPTIMIZERS[name])
+        summaries = []
         for _ in range(steps):
             model.zero_grad()
             F.mse_loss(model(x), y).backward()
-            optimizer.step()
+            with recording(flops=False, saved=False) as rec:
+                optimizer.step()
+            summaries.append(rec.summary())
+        held_bytes = _live() - before
         left = [p.grad is not None for p in model.parameters()]
         state = sum(t.numel() for s in optimizer.local.state.values() for t in s.values()
                     if isinstance(t, torch.Tensor) and t.dim() > 0)
-        return [p.detach().clone() for p in model.parameters()], left, state
+        return ([p.detach().clone() for p in model.parameters()], left, state, summaries,
+                held_bytes)
 
     return _run_cases(rank, world_size, cases, one_case)
 
@@ -439,11 +477,13 @@ def Zero2Optimizer(cls, rng):  # noqa: N802 - the exercise is named after the le
             first_rank_failure(where, entries)
             model = _train_unsharded(widths, seed, n, name, steps)
             numel = sum(p.numel() for p in model.parameters())
-            state = STATE_PER_ELEMENT[name] * -(-numel // n)
-            for rank, (_, (got, left, held)) in enumerate(entries):
+            size = -(-numel // n)
+            state = STATE_PER_ELEMENT[name] * size
+            for rank, (_, (got, left, held, summaries, held_bytes)) in enumerate(entries):
                 for i, (pname, param) in enumerate(model.named_parameters()):
                     check_tensor(got[i], param.detach(), where, rank, f"parameter {pname}",
                                  "unsharded training gives")
+                _zero2_communication(where, rank, n, size, summaries)
                 if any(left):
                     raise AssertionError(f"{where}: after step(), rank {rank} still holds the "
                                          f"full gradient of {left.count(True)} parameter(s)")
@@ -452,6 +492,38 @@ def Zero2Optimizer(cls, rng):  # noqa: N802 - the exercise is named after the le
                                          f"elements of state; {name} needs "
                                          f"{STATE_PER_ELEMENT[name]} per element of its slice, "
                                          f"{state}")
+                # the padded flat buffer (the parameters moved into it), the state and the
+                # gradient of the slice: what ZeRO-2 keeps after a step
+                budget = 8 * (size * n - numel + state + size) + SCALAR_SLACK
+                if n > 1 and held_bytes > budget:
+                    raise AssertionError(
+                        f"{where}: after step(), rank {rank} holds {_kb(held_bytes)} more than "
+                        f"the model did, where the padding, the state and the gradient of its "
+                        f"slice ({size} of {numel} elements) take {_kb(budget)}: ZeRO-2 keeps "
+                        "only 1/N of the gradient, the averaged slice this rank owns")
+
+
+def _zero2_communication(where, rank, n, size, summaries):
+    """Each step: one reduce-scatter of the padded flat gradient, no all-reduce, and an
+    all-gather of the parameters."""
+    if n == 1:
+        return
+    for step, summary in enumerate(summaries, 1):
+        made = describe(summary)
+        if calls_of(summary, "all_reduce"):
+            raise AssertionError(f"{where}: step {step} on rank {rank} made {made}: ZeRO-2 "
+                                 "reduce-scatters the gradients (each rank receives the "
+                                 "average of its own slice only), no all-reduce")
+        scattered = sum(c["bytes"] for c in calls_of(summary, "reduce_scatter"))
+        if scattered != 8 * size * n:
+            raise AssertionError(f"{where}: step {step} on rank {rank} made {made}: ZeRO-2 "
+                                 f"reduce-scatters the whole padded gradient ({8 * size * n} "
+                                 "B) once, so that each rank receives its averaged slice")
+        # every rank's updated slice, to every rank (an all-gather, or one broadcast a slice)
+        if sum(c["bytes"] for c in calls_of(summary, "all_gather", "broadcast")) != 8 * size * n:
+            raise AssertionError(f"{where}: step {step} on rank {rank} made {made}: after "
+                                 "the step on its slice, ZeRO-2 all-gathers the padded "
+                                 f"parameters ({8 * size * n} B) so every rank has them all")
 
 
 # ---------------------------------------------------------------- ZeRO-3
@@ -459,13 +531,11 @@ def Zero2Optimizer(cls, rng):  # noqa: N802 - the exercise is named after the le
 
 def _zero3_harness(rank, world_size, fn, cases):
     """A model of the learner's GatheredLinear layers, trained; per case: (first output,
-    input gradient, slices' gradients, slices after training, gathered bytes alive after the
-    forward)."""
+    input gradient, slices' gradients, slices after training, what the first forward and
+    backward did: their recorder summaries and the bytes held between them)."""
     import torch
     import torch.nn.functional as F
     from torch import nn
-
-    from distlab.zero import count_collectives
 
     def one_case(case):
         widths, name, steps, seed = case
@@ -487,10 +557,14 @@ def _zero3_harness(rank, world_size, fn, cases):
         shards = [layer[1] for layer in layers if layer is not None]
         x, y = (t.chunk(world_size)[rank] for t in _batch(widths, world_size, seed))
         x = x.clone().requires_grad_()
-        with count_collectives() as counter:
+        before = _live()  # the slices and this rank's batch
+        with recording(flops=False) as fwd:
             out = forward(x)
-            alive = counter.live_gathered_bytes()
-        F.mse_loss(out, y).backward()
+        between = _live() - before  # the activations autograd keeps, and whatever else
+        loss = F.mse_loss(out, y)
+        with recording(flops=False, saved=False) as bwd:
+            loss.backward()
+        del loss
         first = (out.detach().clone(), None if x.grad is None else x.grad.clone(),
                  [None if s.grad is None else s.grad.clone() for s in shards])
         optimizer = getattr(torch.optim, name)(shards, **OPTIMIZERS[name])
@@ -499,7 +573,8 @@ def _zero3_harness(rank, world_size, fn, cases):
             optimizer.zero_grad()
             F.mse_loss(forward(x.detach()), y).backward()
             optimizer.step()
-        return (*first, [s.detach().clone() for s in shards], alive)
+        return (*first, [s.detach().clone() for s in shards],
+                (fwd.summary(), between, bwd.summary()))
 
     return _run_cases(rank, world_size, cases, one_case)
 
@@ -537,7 +612,7 @@ def GatheredLinear(fn, rng):  # noqa: N802 - the exercise is named after the lea
             x, y = _batch(widths, n, seed)
             F.mse_loss(model(x), y).backward()
             trained = _train_unsharded(widths, seed, n, name, steps)
-            for rank, (_, (out, x_grad, grads, final, alive)) in enumerate(entries):
+            for rank, (_, (out, x_grad, grads, final, memory)) in enumerate(entries):
                 xr, yr = (t.chunk(n)[rank] for t in (x, y))
                 xr = xr.clone().requires_grad_()
                 want = _model(widths, seed)(xr)
@@ -561,7 +636,47 @@ def GatheredLinear(fn, rng):  # noqa: N802 - the exercise is named after the lea
                                                           strict=True)):
                     check_tensor(got, want_p, where, rank, f"layer {layer}'s slice after "
                                  "training", "unsharded training gives")
-                if alive:
-                    raise AssertionError(f"{where}: after the forward, rank {rank} still holds "
-                                         f"{alive} bytes of gathered layers: a gathered layer "
-                                         "must not outlive its forward")
+                if n > 1:
+                    _zero3_budget(where, rank, n, widths, len(x) // n, *memory)
+
+
+def _zero3_budget(where, rank, n, widths, batch, fwd, between, bwd):
+    """ZeRO-3's budget on one rank, 8-byte elements: in the forward one all-gather per layer,
+    saved for the backward only each layer's input and slice (and Tanh's output); between
+    forward and backward nothing but those activations; in the backward one all-gather and one
+    reduce-scatter per layer, no all-reduce."""
+    layers = len(widths) - 1
+    sizes = [-(-(w_in * w_out + w_out) // n) for w_in, w_out in zip(widths, widths[1:],
+                                                                      strict=False)]
+    full = [8 * size * n for size in sizes]
+    inputs = sum(8 * batch * w for w in widths[:-1])  # what each layer reads, Tanh's outputs
+    saved = inputs + sum(8 * size for size in sizes) + sum(8 * batch * w for w in widths[1:-1])
+    if fwd["saved_bytes"] > saved:
+        raise AssertionError(
+            f"{where}: rank {rank}'s forward saved {_kb(fwd['saved_bytes'])} for the backward; "
+            f"the layers' inputs and slices are {_kb(saved)}, and a gathered layer is "
+            f"{_kb(min(full))} or more: ZeRO-3 saves each layer's slice, not the whole layer, "
+            "and gathers the layer again in the backward")
+    activations = sum(8 * batch * w for w in widths[1:])
+    if between > activations + SCALAR_SLACK:
+        raise AssertionError(
+            f"{where}: between forward and backward, rank {rank} holds {_kb(between)} beside "
+            f"its slices and batch, where the activations are {_kb(activations)} (one gathered "
+            f"layer is {_kb(min(full))} or more): ZeRO-3 frees each gathered layer after its "
+            "use, copies included, and keeps only its slice until the backward")
+    gathered = calls_of(fwd, "all_gather")
+    if len(gathered) != layers or calls_of(fwd, "all_reduce", "reduce_scatter"):
+        raise AssertionError(f"{where}: rank {rank}'s forward of {layers} layer(s) made "
+                             f"{describe(fwd)}: ZeRO-3 all-gathers each layer once, just "
+                             "before its use")
+    if calls_of(bwd, "all_reduce"):
+        raise AssertionError(f"{where}: rank {rank}'s backward made {describe(bwd)}: ZeRO-3 "
+                             "reduce-scatters each layer's gradient (each rank keeps the "
+                             "average of its own slice), no all-reduce")
+    if len(calls_of(bwd, "all_gather")) != layers:
+        raise AssertionError(f"{where}: rank {rank}'s backward of {layers} layer(s) made "
+                             f"{describe(bwd)}: ZeRO-3 kept only the slices, so the backward "
+                             "re-gathers each layer, one all-gather per layer")
+    if sorted(c["bytes"] for c in calls_of(bwd, "reduce_scatter")) != sorted(full):
+        raise AssertionError(f"{where}: rank {rank}'s backward made {describe(bwd)}: ZeRO-3 "
+                             "reduce-scatters each layer's whole padded gradient once")
