@@ -26,11 +26,14 @@ import numpy as np
 from autograder.exercises import exercise
 from autograder.exercises.checks import (
     PG_TIMEOUT_S,
+    calls_of,
     check_close,
+    describe,
     first_rank_failure,
     fmt,
     on_ranks,
     rank_failure,
+    recording,
 )
 
 RANKS = 4  # processes per test; a case of world size m uses the first m
@@ -261,11 +264,14 @@ def _one_case(rank, m, fn, kind, case, index):
 
 
 def _sync_case(rank, m, fn, case):
+    """Per step: the parameters, and what this rank sent in the step (the recorder)."""
     model = _net(case["spec"], case["spec"]["seed"])  # the same start on every rank
     history = []
     for xs, ys in case["batches"]:
-        fn(model, xs[rank], ys[rank], case["lr"])
-        history.append([p.detach().clone() for p in model.parameters()])
+        with recording(flops=False, saved=False) as rec:
+            fn(model, xs[rank], ys[rank], case["lr"])
+        history.append({"params": [p.detach().clone() for p in model.parameters()],
+                        "sent": rec.summary()})
     return history
 
 
@@ -273,13 +279,38 @@ def _broadcast_case(rank, m, fn, case):
     import itertools
 
     model = _net(case["spec"], case["spec"]["seed"] + rank)  # a different start on each rank
-    fn(model)
-    return [t.detach().clone() for t in itertools.chain(model.parameters(), model.buffers())]
+    with recording(flops=False, saved=False) as rec:
+        fn(model)
+    return {"state": [t.detach().clone()
+                      for t in itertools.chain(model.parameters(), model.buffers())],
+            "sent": rec.summary()}
+
+
+def _torch_ddp_alive(model) -> str:
+    """PyTorch's own DDP wrapped around any parameter of `model` in this process (the
+    DistributedDataParallel and its Reducer): its class name, or '' when none."""
+    import gc
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    mine = {id(p) for p in model.parameters()}
+    found = set()
+    for obj in gc.get_objects():
+        if type(obj) is not DistributedDataParallel and not isinstance(
+                obj, DistributedDataParallel):
+            continue
+        if any(id(p) in mine for p in obj.module.parameters()):
+            found.add(type(obj).__name__)
+    return ", ".join(sorted(found))
 
 
 def _wrapper_case(rank, m, cls, case):
-    """Train with the learner's DDP class; per step the parameters, the elements of each
-    all-reduce of the step, and how many of them had started when backward returned."""
+    """Train with the learner's DDP class. Per step: the parameters; every collective of the
+    step as the recorder saw it (each route to it), and how many had started when backward
+    returned; the dist.all_reduce calls that backward waited for (blocking, or waited in a
+    hook); and whether PyTorch's DDP runs in this process."""
+    import time
+
     import torch.nn.functional as F
 
     from distlab.data_parallel import watch_all_reduce
@@ -297,13 +328,23 @@ def _wrapper_case(rank, m, cls, case):
             if hasattr(ddp, "on_train_batch_start"):
                 ddp.on_train_batch_start()
             log.clear()
-            F.cross_entropy(ddp(xs[rank]), ys[rank]).backward()
-            started = len(log.calls)
-            ddp.finish_gradient_synchronization()
+            with recording(flops=False, saved=False) as rec:
+                loss = F.cross_entropy(ddp(xs[rank]), ys[rank])
+                forward = len(rec.calls)
+                loss.backward()
+                returned = time.perf_counter()
+                started = len(rec.calls)
+                ddp.finish_gradient_synchronization()
+            blocked = [call["bytes"] for call in log.calls
+                       if call["start"] <= returned and (
+                           not call["async"] or (call["waited"] is not None
+                                                 and call["waited"] <= returned))]
             optimizer.step()
             optimizer.zero_grad()
             steps.append({"params": [p.detach().clone() for p in model.parameters()],
-                          "numels": log.numels(), "during_backward": started})
+                          "sent": rec.summary(), "in_forward": forward,
+                          "during_backward": started, "blocked": blocked,
+                          "torch_ddp": _torch_ddp_alive(model)})
     return steps
 
 
@@ -408,10 +449,25 @@ def sync_sgd_step(fn, rng):
         entries = _entries(results, index, m)
         first_rank_failure(where, entries)
         oracle = _single_process(spec, case["batches"], "SGD", case["lr"])
+        grad_bytes = sum(8 * p.numel() for p in _net(spec, 0).parameters())
         for step, want in enumerate(oracle):
             for rank, (_, history) in enumerate(entries):
-                _check_params(history[step], want, f"{where}, step {step + 1}", rank,
-                              _param_names(spec))
+                here = f"{where}, step {step + 1}"
+                _check_params(history[step]["params"], want, here, rank, _param_names(spec))
+                _check_sync_budget(history[step]["sent"], grad_bytes, m,
+                                   f"{here}: rank {rank}")
+
+
+def _check_sync_budget(sent: dict, grad_bytes: int, m: int, here: str) -> None:
+    """Synchronous SGD sends each gradient once, by all-reduce: nothing else, nothing more."""
+    if m == 1:
+        return
+    reduced = sum(c["bytes"] for c in calls_of(sent, "all_reduce"))
+    others = [c for c in sent["calls"] if c["kind"] != "all_reduce"]
+    if others or reduced != grad_bytes:
+        raise AssertionError(f"{here} sent {describe(sent)}; the step needs one all-reduce of "
+                             f"every gradient, {grad_bytes} B in all (each tied weight once), "
+                             "and no other collective")
 
 
 @exercise
@@ -429,13 +485,25 @@ def broadcast_parameters(fn, rng):
         model = _net(spec, spec["seed"])
         names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
         want = [t.detach() for t in list(model.parameters()) + list(model.buffers())]
-        for rank, (_, state) in enumerate(entries):
+        state_bytes = sum(8 * t.numel() for t in want)
+        listed = list(model.state_dict().values())  # a tied weight under each of its names
+        most, most_calls = sum(8 * t.numel() for t in listed), len(listed)
+        for rank, (_, got) in enumerate(entries):
+            state, sent = got["state"], got["sent"]
             if len(state) != len(want):
                 raise AssertionError(f"{where}: rank {rank}: the model lost or gained tensors")
             for name, g, w in zip(names, state, want, strict=True):
                 kind = "buffer" if name in dict(model.named_buffers()) else "parameter"
                 check_close(g.numpy(), w.numpy(), f"{where}: rank {rank}",
                             f"{kind} {name} (expected: rank 0's)", rtol=0, atol=0)
+            cast = sum(c["bytes"] for c in calls_of(sent, "broadcast"))
+            if m > 1 and not (state_bytes <= cast <= most and len(calls_of(sent)) ==
+                              len(calls_of(sent, "broadcast")) <= most_calls):
+                raise AssertionError(
+                    f"{where}: rank {rank} sent {describe(sent)}; the model's state, its "
+                    f"parameters and buffers with each tied tensor once, is {len(want)} "
+                    f"tensors of {state_bytes} B: one broadcast of each, once (a tied "
+                    "weight under each of its names at most)")
 
 
 # ---------------------------------------------------------------- section 2
@@ -503,15 +571,16 @@ def _trainable_numels(spec: dict) -> list[int]:
 
 
 def _bucket_numels(numels: list[int], limit_bytes: float, itemsize: int = 8) -> list[int]:
-    """The buckets of section 3c: parameters from last to first, a bucket closed when the next
-    one would take it past the limit (a parameter larger than the limit alone)."""
+    """The buckets of section 3c (PyTorch's Reducer's size rule): parameters from last to
+    first, a bucket closed as soon as its size reaches the limit (the parameter that reaches
+    it is in the bucket)."""
     buckets, current, size = [], 0, 0
     for n in reversed(numels):
-        if current and size + n * itemsize > limit_bytes:
-            buckets.append(current)
-            current, size = 0, 0
         current += n
         size += n * itemsize
+        if size >= limit_bytes:
+            buckets.append(current)
+            current, size = 0, 0
     return buckets + ([current] if current else [])
 
 
@@ -571,18 +640,44 @@ def _check_wrapper(cls, rng, buckets: bool) -> None:
                 _check_params(steps[step]["params"], want, here, rank, _param_names(spec))
         for rank, (_, steps) in enumerate(entries):
             for step, record in enumerate(steps):
-                here = f"{where}, step {step + 1}: rank {rank}"
-                got = sorted(record["numels"])
-                if got != expected:
-                    what = ("buckets filled from the last parameter to the first" if buckets
-                            else "one per trainable parameter, each tied one once")
-                    raise AssertionError(f"{here} all-reduced tensors of {fmt(got, 12)} "
-                                         f"elements; expected {fmt(expected, 12)} ({what})")
-                if m > 1 and record["during_backward"] != len(got):
-                    raise AssertionError(f"{here}: {record['during_backward']} of its "
-                                         f"{len(got)} all-reduces had started when backward "
-                                         "returned; each should start during backward, as "
-                                         "soon as its gradients are ready")
+                _check_step_communication(record, expected, buckets, m,
+                                          f"{where}, step {step + 1}: rank {rank}")
+
+
+def _check_step_communication(record: dict, expected: list, buckets: bool, m: int,
+                              here: str) -> None:
+    """One rank's step against the idea: its own hooks start one asynchronous all-reduce per
+    bucket (per parameter) during backward, of that bucket's size; nothing else is sent."""
+    if record["torch_ddp"]:
+        raise AssertionError(f"{here}: PyTorch's own DistributedDataParallel runs on this rank "
+                             "and does the gradient synchronization: the hooks and the "
+                             "all-reduces are the exercise")
+    calls = record["sent"]["calls"]
+    others = [c for c in calls if c["kind"] != "all_reduce"]
+    if others:
+        raise AssertionError(f"{here}: the step sent {describe(record['sent'])}; averaging "
+                             "gradients needs all-reduces only (the state was broadcast at "
+                             "construction)")
+    got = sorted(c["bytes"] // 8 for c in calls)
+    what = ("one per bucket, buckets filled in the order backward makes the gradients ready"
+            if buckets else "one per trainable parameter, each tied one once")
+    if got != expected:
+        raise AssertionError(f"{here} all-reduced tensors of {fmt(got, 12)} elements; "
+                             f"expected {fmt(expected, 12)} ({what})")
+    if record["in_forward"]:
+        raise AssertionError(f"{here}: {record['in_forward']} all-reduce(s) ran in forward, "
+                             "before any gradient existed")
+    if m > 1 and record["during_backward"] != len(got):
+        unit = "bucket" if buckets else "parameter"
+        raise AssertionError(f"{here}: {record['during_backward']} of its {len(got)} "
+                             "all-reduces had started when backward returned; each "
+                             f"{unit}'s should start during backward, from its gradient "
+                             "hook, as soon as its gradients are ready")
+    if m > 1 and record["blocked"]:
+        raise AssertionError(f"{here}: backward waited for {len(record['blocked'])} "
+                             "all-reduce(s) of its own hooks to finish (a blocking call, or a "
+                             "wait() in the hook): the hook should only start it, so that "
+                             "backward goes on computing while the gradients travel")
 
 
 @exercise

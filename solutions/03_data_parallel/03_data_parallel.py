@@ -29,6 +29,7 @@
 import contextlib
 import functools
 import itertools
+import os
 import statistics
 import time
 
@@ -81,11 +82,11 @@ from distlab.data_parallel import (
 # would weight the samples of a small shard more: that is why samplers give every rank the
 # same number of samples, section 2.)
 #
-# The collective, as in notebook 01: `dist.all_reduce(t, op=dist.ReduceOp.SUM)` replaces `t`
-# on every rank, in place, by the element-wise sum of every rank's `t` (other members of
-# `dist.ReduceOp`: `PRODUCT`, `MIN`, `MAX`, and `AVG` on the backends that have it). The update
-# changes the parameters in place, so it runs under `torch.no_grad()`: autograd must not
-# record it.
+# The collective, as in notebook 01: `dist.all_reduce(tensor, op=...)` replaces `tensor` on
+# every rank, in place, by the element-wise reduction of every rank's `tensor` with `op`, a
+# member of `dist.ReduceOp` (`SUM`, the default, `PRODUCT`, `MIN`, `MAX`, and `AVG` on the
+# backends that have it: gloo has not). The update changes the parameters in place, so it runs
+# under `torch.no_grad()`: autograd must not record it.
 
 # %% solution="sync_sgd_step" drill
 def sync_sgd_step(model, x, y, lr):
@@ -97,9 +98,9 @@ def sync_sgd_step(model, x, y, lr):
     loss.backward()
     with torch.no_grad():
         for p in model.parameters():
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # BLANK `dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)` sum p's gradient over all ranks, in place # ACCEPT `dist.all_reduce(p.grad)` # REJECT `dist.all_reduce(p, op=dist.ReduceOp.SUM)`
-            p.grad /= world_size  # BLANK from the sum to the mean # ACCEPT `dist.get_world_size()`
-            p -= lr * p.grad  # BLANK the SGD step
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # BLANK `dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)` what must every rank hold the same total of, before anyone steps? # ACCEPT `dist.all_reduce(p.grad)` # REJECT `dist.all_reduce(p, op=dist.ReduceOp.SUM)`
+            p.grad /= world_size  # BLANK `p.grad /= world_size` from the sum to the mean # ACCEPT `p.grad.div_(dist.get_world_size())` `p.grad *= 1 / world_size` # REJECT `p.grad /= 2`
+            p -= lr * p.grad
     return loss.item()
 
 
@@ -146,10 +147,12 @@ for step, want in enumerate(expected):
     assert gap < 1e-5, f"step {step + 1}: the ranks' weights are not single-process SGD's"
 print("✓ synchronous SGD on 4 ranks is single-process SGD on the whole batch, step by step")
 
-# %% tests="sync_sgd_step_tests" points=3
-# Hidden tests (3 points): world sizes 1-4, random small models (tied weights too), several
-# steps, against single-process SGD on the concatenated batch.
+# %% tests="sync_sgd_step_tests" points=2
+# Hidden tests (2 points): world sizes 1-4, random small models (tied weights too), several
+# steps, against single-process SGD on the concatenated batch; and what each rank sent.
 ### BEGIN HIDDEN TESTS
+# Blanks changed for the give-away rules: the SGD step (`p -= lr * p.grad`, no distributed idea)
+# is given; the all-reduce's hint no longer says "sum p's gradient".
 # For instructors: seed 003 §6-7 simulates this with lists and a simulated AllReduce; here it
 # runs on gloo ranks against torch.optim.SGD. Its simulator draws each worker's start on its
 # own (np.random.randn per worker) while saying they share one: section 1b shows the gap that
@@ -161,9 +164,9 @@ grade(sync_sgd_step)
 # %% [markdown]
 # ### 1b. Start equal: broadcast
 #
-# All of this assumed the replicas *start* equal. Seed 003's simulator claims they do, but
-# draws every worker's weights on its own (`np.random.randn` once per worker). Equal updates
-# never close a gap: if every rank subtracts the same $\eta G$, then
+# All of this assumed the replicas *start* equal. A simulator (or a script) that draws every
+# worker's weights on its own, `np.random.randn` once per worker, breaks that without a sound,
+# because equal updates never close a gap: if every rank subtracts the same $\eta G$, then
 # $w_r - w_s$ after any number of steps is $w_r - w_s$ at the start. Below, every rank draws
 # its own start (`seed=rank`):
 
@@ -177,22 +180,24 @@ print(f"rank 1 - rank 0, largest entry: {start_gap.abs().max().item():.4f} at th
 assert torch.allclose(end_gap, start_gap, atol=1e-5), "equal updates keep the gap as it was"
 
 # %% [markdown]
-# The gap is exactly where it started: the replicas never agree. So DDP starts by copying
-# rank 0's model to every rank (seed 002: "rank 0 broadcasts the initial parameters to every
-# other process"), and not only the parameters: a model's **state** is its parameters *and*
+# The gap is exactly where it started: the replicas never agree. So PyTorch's DDP starts by
+# copying rank 0's model to every rank: its constructor broadcasts rank 0's state (PyTorch's
+# DDP design note, docs.pytorch.org/docs/stable/notes/ddp.html, "Construction"), and not
+# only the parameters: a model's **state** is its parameters *and*
 # its **buffers**, tensors that forward reads but no optimizer trains (BatchNorm's running mean
 # and variance, a fixed scale, a positional table). `module.parameters()` and
 # `module.buffers()` list them; each tied (shared) parameter is listed once.
 #
 # The collective: `dist.broadcast(t, src=k)` replaces `t` on every rank, in place, by rank
-# `k`'s `t`. Every rank must call it, in the same order, for the same tensors.
+# `k`'s `t`. Every rank must call it, in the same order, for the same tensors, and each
+# tensor once is enough.
 
 # %% solution="broadcast_parameters"
 def broadcast_parameters(module):
     """Make this rank's copy of `module` equal to rank 0's copy, in place."""
     with torch.no_grad():
-        for tensor in itertools.chain(module.parameters(), module.buffers()):  # BLANK `itertools.chain(module.parameters(), module.buffers())` every tensor forward reads from the module # ACCEPT `itertools.chain(module.buffers(), module.parameters())` `module.state_dict().values()` # REJECT `module.parameters()`
-            dist.broadcast(tensor, src=0)  # BLANK `dist.broadcast(tensor, src=0)` this tensor, as rank 0 has it, on every rank
+        for tensor in itertools.chain(module.parameters(), module.buffers()):  # BLANK `itertools.chain(module.parameters(), module.buffers())` every tensor forward reads from the module # ACCEPT `itertools.chain(module.buffers(), module.parameters())` `module.state_dict().values()` # REJECT `module.parameters()` `itertools.chain(module.parameters(), module.buffers(), module.parameters())`
+            dist.broadcast(tensor, src=0)
 
 
 # %% [markdown]
@@ -230,9 +235,12 @@ gap = max((history[-1] - expected[-1]).abs().max().item() for history in per_ran
 assert gap < 1e-5, f"after a broadcast the ranks still differ from single-process SGD ({gap:.1e})"
 print("✓ every rank holds rank 0's parameters and buffers, and trains like one process again")
 
-# %% tests="broadcast_parameters_tests" points=2
-# Hidden tests (2 points): world sizes 1-4, models with buffers, tied and frozen parameters.
+# %% tests="broadcast_parameters_tests" points=1
+# Hidden tests (1 point): world sizes 1-4, models with buffers, tied and frozen parameters;
+# and the bytes each rank broadcast.
 ### BEGIN HIDDEN TESTS
+# The broadcast line is given (it was the API box's line with k = 0); the blank is the idea:
+# parameters and buffers, each tensor once.
 from autograder.grade_cell import grade
 grade(broadcast_parameters)
 ### END HIDDEN TESTS
@@ -240,31 +248,36 @@ grade(broadcast_parameters)
 # %% [markdown]
 # ## 2. The DDP training loop
 #
-# Now the real thing, as you would write it for `torchrun`: seed 000's exercise 2. Four pieces
-# need explaining first.
+# Now the real thing, as you would write it for `torchrun`: the loop of PyTorch's DDP tutorial
+# (docs.pytorch.org/tutorials/intermediate/ddp_tutorial.html). Four pieces need explaining
+# first.
 #
 # **The backend** moves the bytes. `nccl` (NVIDIA's library) all-reduces CUDA tensors between
 # GPUs over NVLink and InfiniBand; it is the one to use for GPU training, and it cannot touch
 # CPU tensors. `gloo` (Facebook's) works on CPU tensors (and GPU ones, slower); `mpi` exists
-# when PyTorch was built with MPI. This machine has CPUs only.
+# when PyTorch was built with MPI. The ranks of this notebook hold CPU tensors.
 #
 # **The wrapper.** `DDP(module)` returns a module that does what section 1 did by hand, and
 # more: at construction it broadcasts rank 0's parameters and buffers; during every backward
 # it all-reduces and averages the gradients, in buckets, while backward is still running
-# (section 3 builds that). Call the wrapper for forward, and give the optimizer its
-# parameters. On GPUs you would also pass `device_ids=[r]`, the one GPU of process `r`.
-# For a model on the CPU there is no device to name, and DDP refuses `device_ids` with a
-# `ValueError`.
+# (section 3 builds that); and by default it broadcasts rank 0's buffers again at the start of
+# every forward (`broadcast_buffers=True`, named `forward_sync_buffers` since torch 2.13), so
+# that buffers forward updates, such as BatchNorm's running statistics, stay rank 0's. Call
+# the wrapper for forward, and give the optimizer its parameters. On GPUs you would also pass
+# `device_ids=[r]`, the one GPU of process `r`. For a model on the CPU there is no device to name,
+# and DDP refuses `device_ids` with a `ValueError`.
 #
-# **The sampler** decides which samples a rank sees. `DistributedSampler(dataset,
-# num_replicas=N, rank=r)` (both default to the process group's) shuffles the indices with a
-# seeded permutation, pads them by repeating the first few until their number divides by $N$,
-# and gives rank $r$ every $N$-th index from position $r$. Every rank gets the same number of
-# samples, so every rank runs the same number of steps and calls the same all-reduces: a rank
-# with one batch fewer would leave the others waiting forever. The permutation is seeded with
-# `seed + epoch`, and the sampler cannot know the epoch: `sampler.set_epoch(e)` tells it. Below,
-# 10 samples on 3 ranks (so 12 indices: 2 samples are padding, given twice), two epochs
-# without `set_epoch`, then two with it:
+# **The sampler** decides which samples a rank sees. `DistributedSampler` takes the data set
+# and, if you want to name them, `num_replicas` and `rank` (they default to the process
+# group's). It shuffles the indices with a seeded permutation, pads them by repeating the
+# first few until their number divides by $N$, and gives rank $r$ every $N$-th index from position
+# $r$. Every rank gets the same number of samples, so every rank runs the same number of steps and
+# calls the same all-reduces: a rank with one batch fewer would leave the others waiting forever.
+# The permutation is seeded with `seed + epoch`, and the sampler cannot know the epoch: its method
+# `set_epoch` tells it (it only stores the number). Below, 10 samples on 3 ranks (so 12 indices: 2
+# samples are padding, given twice), two epochs with the epoch never told, then two with it told;
+# the second table is made with `seed=e`, which gives the permutation of seed + epoch that telling
+# epoch `e` gives:
 
 # %%
 def sampler_table(num_samples, ranks, epochs, tell_epoch):
@@ -273,45 +286,44 @@ def sampler_table(num_samples, ranks, epochs, tell_epoch):
     for e in range(epochs):
         row = []
         for r in range(ranks):
-            data_sampler = DistributedSampler(range(num_samples), num_replicas=ranks, rank=r)
-            if tell_epoch:
-                data_sampler.set_epoch(e)
+            data_sampler = DistributedSampler(range(num_samples), num_replicas=ranks, rank=r,
+                                              seed=e if tell_epoch else 0)
             row.append(list(data_sampler))
         table.append(row)
     return table
 
 
-show_sampler(sampler_table(10, 3, 2, tell_epoch=False), 10, "without set_epoch")
-show_sampler(sampler_table(10, 3, 2, tell_epoch=True), 10, "with set_epoch(epoch)")
+show_sampler(sampler_table(10, 3, 2, tell_epoch=False), 10, "epoch never told")
+show_sampler(sampler_table(10, 3, 2, tell_epoch=True), 10, "epoch told every epoch")
 print("samples per rank of 1000:", len(DistributedSampler(range(1000), num_replicas=4, rank=0)),
       "on 4 ranks,", len(DistributedSampler(range(1000), num_replicas=3, rank=0)),
       "on 3 ranks (3 x 334 = 1002: 2 padded)")
 
 # %% [markdown]
-# Without `set_epoch` every epoch is epoch 0: the same order, and each rank the same samples,
+# Never told, every epoch is epoch 0: the same order, and each rank the same samples,
 # every time. With it, each epoch is a new permutation, split anew.
 #
 # **DataLoader and samplers.** A `DataLoader` orders the samples in one of two ways: it makes
 # its own random sampler (`shuffle=True`), or it follows the `sampler` you give it. Not both:
 # it raises `ValueError: sampler option is mutually exclusive with shuffle`.
 #
-# Now the loop. Differences from the seed's code, besides the blanks:
+# Now the loop. Differences from the tutorial's GPU code, besides the blanks:
 #
-# * the seed runs on GPUs (`torch.cuda.set_device(rank)`, `.to(device)`, `device_ids=[rank]`);
+# * it runs on GPUs (`torch.cuda.set_device(rank)`, `.to(device)`, `device_ids=[rank]`);
 #   here everything stays on the CPU, and the wrapper gets no `device_ids`;
 # * the model and the data set come in as arguments (so the check and the hidden tests can
 #   choose them), and `run(..., init_group=False)` sets `MASTER_ADDR` and a free
-#   `MASTER_PORT` instead of the seed's fixed `'12355'`;
-# * the seed's parameter-sync check ("add in code": all_gather every parameter, compare) is at
-#   the end of the function, as `check_params_in_sync(model)` from `distlab.data_parallel`;
+#   `MASTER_PORT` instead of the tutorial's fixed `'12355'`;
+# * a parameter-sync check (all_gather every parameter, compare with your own) ends the
+#   function, as `check_params_in_sync(model)` from `distlab.data_parallel`;
 # * it returns each epoch's mean loss and how many samples this rank saw.
 
 # %% solution="ddp_train" drill
 def ddp_train(rank, world_size, model, dataset, epochs=3, batch_size=32, lr=0.01):
-    """Train `model` on `dataset` with DDP, as rank `rank` of `world_size`: the seed's
+    """Train `model` on `dataset` with DDP, as rank `rank` of `world_size`: the tutorial's
     setup(), train() and cleanup() in one function. Returns {"loss": per-epoch mean loss on
     this rank, "samples": samples this rank saw per epoch}."""
-    dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)  # BLANK `"gloo"` the backend for this machine # REJECT `"nccl"`
+    dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)  # BLANK `"gloo"` the backend for CPU tensors # REJECT `"nccl"`
     model = DDP(model)  # BLANK the model whose gradients are averaged over the ranks during backward # REJECT `model` `DDP(model, device_ids=[rank])`
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     criterion = nn.CrossEntropyLoss()
@@ -333,13 +345,13 @@ def ddp_train(rank, world_size, model, dataset, epochs=3, batch_size=32, lr=0.01
         history["samples"] = seen
         if rank == 0:
             print(f"epoch {epoch}: mean loss {total / batches:.4f}")
-    check_params_in_sync(model)  # the seed's check: all_gather each parameter, compare
+    check_params_in_sync(model)  # all_gather each parameter, compare
     dist.destroy_process_group()
     return history
 
 
 # %% [markdown]
-# The check runs the seed's setup: 4 ranks, the 784-256-10 MLP, 1000 samples, batches of 32,
+# The check: 4 ranks, a 784-256-10 MLP (MNIST-sized inputs), 1000 samples, batches of 32,
 # 3 epochs, SGD with learning rate 0.01 (plus the parameter-sync check inside the function).
 # Each rank's loss is its own (its data differs), but its weights are everyone's.
 
@@ -351,6 +363,7 @@ for rank, result in enumerate(results):
 assert [r["samples"] for r in results] == [250] * 4, "each of 4 ranks should see 1000 / 4 = 250"
 assert all(r["loss"][-1] < r["loss"][0] for r in results), "the loss should go down"
 print("✓ 4 ranks trained one model: 250 samples each per epoch, parameters in sync")
+print(f"(4 ranks ran on {os.cpu_count()} CPU core(s))")
 
 # %% tests="ddp_train_tests" points=5
 # Hidden tests (5 points): world sizes 1-4, data sets that the world size does not divide,
@@ -373,10 +386,10 @@ grade(ddp_train)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# The seed expects training to run "close to 4 times faster than on one GPU (communication
-# aside)". Here four ranks share 2 CPU cores, so this machine cannot show that; on 4 GPUs each
-# rank computes a quarter of the batch, and what is left is the all-reduce: the subject of the
-# next section.
+# On 4 GPUs each rank computes a quarter of the batch, so a step takes about a quarter of one
+# GPU's time, communication aside. Four CPU ranks on fewer than 4 cores (the check printed how
+# many it had) take turns on them and cannot show that. What is left is the all-reduce: the
+# subject of the next section.
 #
 # ## 3. Inside DDP: a hand-built one
 #
@@ -403,11 +416,14 @@ print("gradients ready, in: ", ready)
 
 
 # %% [markdown]
-# `work = dist.all_reduce(t, async_op=True)` starts the all-reduce (a sum: `op` defaults to
-# `SUM`) and returns at once, with a handle; the backend's own thread moves the data while this
-# one computes. `work.wait()`
-# blocks until `t` holds the result. Before that, `t` may hold anything: your values, the sum,
-# or a mix (on GPUs the result lands later, on another stream).
+# With `async_op=True`, a collective starts and returns at once, with a handle (a `Work`),
+# instead of returning when it is done: `op` still defaults to `SUM`, and the backend moves the
+# data while this thread computes. Before the tensor is read, the handle's `wait()` must be
+# called; until then the tensor may hold anything: your values, the sum, or a mix. What
+# `wait()` does depends on the backend. On gloo (here) it blocks the calling thread until the
+# tensor holds the result. On NCCL it does not block the host: it makes the current CUDA
+# stream wait for the collective's stream, so the kernels queued after it see the result, and
+# the Python thread runs on at once.
 
 # %%
 def async_demo(rank, world_size):
@@ -428,9 +444,9 @@ for rank, (returned, done, value) in enumerate(run(async_demo, world_size=4)):
 # ### 3b. One all-reduce per parameter
 #
 # Put the two together: at construction, broadcast the state (your `broadcast_parameters`) and
-# give every parameter a hook that starts an asynchronous all-reduce of its gradient. After
-# backward, `finish_gradient_synchronization()` waits for every all-reduce and turns each sum
-# into the mean; then the optimizer steps. A training step with it:
+# give every parameter a hook that puts its gradient on the network the moment it is complete.
+# After backward, `finish_gradient_synchronization()` waits for every all-reduce and makes the
+# gradients what the optimizer must see; then the optimizer steps. A training step with it:
 #
 # ```python
 # ddp = DDPIndividualParameters(model)
@@ -460,20 +476,20 @@ class DDPIndividualParameters(nn.Module):
         self._in_flight = []  # (work, parameter) of each all-reduce started in this backward
         for p in module.parameters():  # each tied parameter once
             if p.requires_grad:  # a frozen parameter has no gradient to average
-                p.register_post_accumulate_grad_hook(self._gradient_ready)  # BLANK call self._gradient_ready(p) when p.grad is complete
+                p.register_post_accumulate_grad_hook(self._gradient_ready)
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
     def _gradient_ready(self, param):
-        work = dist.all_reduce(param.grad, async_op=True)  # BLANK start summing param.grad over the ranks; backward must not wait for it # REJECT `dist.all_reduce(param.grad)`
+        work = dist.all_reduce(param.grad, async_op=True)  # BLANK the hook's job: backward goes on computing the other gradients meanwhile # REJECT `dist.all_reduce(param.grad)` `dist.all_reduce(param.grad.clone(), async_op=True)`
         self._in_flight.append((work, param))
 
     def finish_gradient_synchronization(self):
         """After backward, before optimizer.step(): every gradient becomes the mean."""
         for work, param in self._in_flight:
-            work.wait()  # BLANK is param.grad the sum yet?
-            param.grad /= self.world_size
+            work.wait()
+            param.grad /= self.world_size  # BLANK `param.grad /= self.world_size` what the optimizer must see, from what the ranks hold now # ACCEPT `param.grad.div_(dist.get_world_size())` # REJECT `param.grad /= 2`
         self._in_flight.clear()
 
 
@@ -531,10 +547,13 @@ print(f"toy_model has {len(list(toy_model().named_parameters(remove_duplicate=Fa
 assert all(sorted(c) == sorted(trainable) for c in calls), "one all-reduce per trainable tensor"
 print("✓ DDPIndividualParameters trains like one process on the whole batch")
 
-# %% tests="DDPIndividualParameters_tests" points=3
-# Hidden tests (3 points): world sizes 1-4, random models (buffers, frozen and tied
-# parameters) starting apart on each rank, SGD and AdamW, against single-process training.
+# %% tests="DDPIndividualParameters_tests" points=2
+# Hidden tests (2 points): world sizes 1-4, random models (buffers, frozen and tied
+# parameters) starting apart on each rank, SGD and AdamW, against single-process training;
+# and each rank's all-reduces: one per trainable parameter, started during backward.
 ### BEGIN HIDDEN TESTS
+# Blanks changed for the give-away rules: the hook registration (the 3a demo's line) and
+# `work.wait()` (the API box's) are given; the averaging is a blank instead.
 from autograder.grade_cell import grade
 grade(DDPIndividualParameters)
 ### END HIDDEN TESTS
@@ -542,24 +561,46 @@ grade(DDPIndividualParameters)
 # %% [markdown]
 # ### 3c. Buckets
 #
-# Every all-reduce pays a fixed cost (notebook 02's $\alpha$: a few microseconds between GPUs,
-# tens of microseconds on gloo) however small its tensor, and a model has hundreds of them, many
-# tiny (biases, norms). DDP therefore packs gradients into **buckets** (25 MiB by default, its
-# `bucket_cap_mb`) and all-reduces one bucket per call:
+# Every all-reduce pays a fixed cost however small its tensor: notebook 02's $\alpha$, which
+# it fitted at around 100 µs for gloo on 2 ranks over loopback TCP (a few microseconds over
+# NVLink or InfiniBand). A model has hundreds of parameter tensors, many tiny (biases, norms).
+# DDP therefore packs gradients into **buckets** and all-reduces one bucket per call. Yours
+# follows this rule:
 #
-# * **Which gradients share a bucket.** Those that become ready together. Backward delivers
-#   them roughly in reverse order of `model.parameters()` (you printed it above), so the
-#   buckets are filled in that order: the first bucket fills first, and its all-reduce runs
-#   while backward works on earlier layers. A bucket is closed when the next parameter would
-#   take it past `bucket_size_mb` MiB; a parameter larger than that gets a bucket of its own.
-# * **When a bucket goes.** Each gradient's hook counts it in; when the last gradient of a
-#   bucket has arrived, the bucket is all-reduced (asynchronously).
-# * **One tensor per bucket.** The gradients are copied into one flat tensor
-#   (`torch.cat([t.flatten() for t in tensors])`), all-reduced, and after `wait()` averaged and
-#   copied back: `flat.split([t.numel() for t in tensors])` cuts it into pieces,
-#   `piece.view_as(t)` gives a piece `t`'s shape, and `t.copy_(src)` overwrites `t` in place.
+# * **Which gradients share a bucket.** Those that become ready together: take the trainable
+#   parameters in the order backward makes their gradients ready (you printed it in 3a) and
+#   fill buckets in that order. A bucket closes as soon as its size reaches `bucket_size_mb`
+#   MiB: the gradient that reaches the cap is in it, and the next one starts a new bucket. The
+#   bucket that fills first is all-reduced while backward still works on earlier layers.
+# * **The same buckets on every rank.** The $k$-th all-reduce of one rank meets the $k$-th of
+#   every other: if two ranks bucketed in different orders, they would add up gradients of
+#   different parameters (or fail on different sizes). Every rank derives its buckets from the
+#   same model by the same rule, so they agree.
+# * **When a bucket goes.** Each gradient's hook counts it in; when a bucket's gradients have
+#   all arrived, the bucket is all-reduced (asynchronously). A trainable parameter that gets no
+#   gradient in some step (a branch forward did not take) would keep its bucket from ever
+#   going: a rank that did use it launches the all-reduce, one that did not never joins, and
+#   both wait forever. Every model here uses all its trainable parameters.
+# * **One tensor per bucket.** The bucket's gradients are copied into one flat 1-D tensor,
+#   all-reduced, and after `wait()` averaged and copied back to where the optimizer reads them.
+#   The API for it, in general: `torch.cat(tensors)` joins 1-D tensors into one;
+#   `t.flatten()` (or `t.view(-1)`) is `t` as 1-D; `flat.split(lengths)` cuts a 1-D tensor into
+#   consecutive pieces of those lengths; `piece.view_as(t)` (or `piece.reshape(t.shape)`) gives
+#   it `t`'s shape; `t.copy_(src)` overwrites `t` in place.
 # * **Per step.** The counts start again at every step: the training loop calls
 #   `on_train_batch_start()` before each forward.
+#
+# **PyTorch's DDP** (its `Reducer`, torch 2.13) buckets by the same size rule, with three
+# differences. Its cap is `bucket_cap_mb` (25 MiB by default), and with the default the first
+# bucket (the first gradients ready) is capped at 1 MiB (`dist._DEFAULT_FIRST_BUCKET_BYTES`),
+# so that communication starts early. It does not assume the order: with the default
+# `find_unused_parameters=False` the first iteration all-reduces all gradients as one bucket,
+# after backward, and the buckets are then rebuilt in the order the gradients became ready in
+# that iteration (rank 0's order, sent to every rank, so that all agree). And with
+# `find_unused_parameters=True` it walks the autograd graph after every forward and marks the
+# parameters forward did not use as ready, so their buckets still go; without it, an unused
+# parameter makes DDP raise at the next forward ("Expected to have finished reduction in the
+# prior iteration ...").
 
 # %% solution="DDPBucketed"
 class DDPBucketed(nn.Module):
@@ -575,13 +616,12 @@ class DDPBucketed(nn.Module):
         params = [p for p in module.parameters() if p.requires_grad]  # each tied one once
         self.buckets = []  # lists of parameters
         bucket, size = [], 0
-        for p in reversed(params):  # BLANK `reversed(params)` the order in which backward delivers gradients # ACCEPT `params[::-1]` # REJECT `params`
-            nbytes = p.numel() * p.element_size()
-            if bucket and size + nbytes > limit:
+        for p in reversed(params):  # BLANK `reversed(params)` in what order does backward make the gradients ready? # ACCEPT `params[::-1]` # REJECT `params`
+            bucket.append(p)
+            size += p.numel() * p.element_size()
+            if size >= limit:  # the cap reached: this bucket is full
                 self.buckets.append(bucket)
                 bucket, size = [], 0
-            bucket.append(p)
-            size += nbytes
         if bucket:
             self.buckets.append(bucket)
         self._bucket_of = {p: index for index, b in enumerate(self.buckets) for p in b}
@@ -594,25 +634,25 @@ class DDPBucketed(nn.Module):
 
     def on_train_batch_start(self):
         """Before each step's forward."""
-        self._arrived = [0] * len(self.buckets)  # BLANK how many of each bucket's gradients are in when a step starts # ACCEPT `[0] * len(self._bucket_of)`
+        self._arrived = [0] * len(self.buckets)  # gradients of each bucket in so far
         self._in_flight = []  # (work, bucket, flat tensor) per bucket started in this backward
 
     def _gradient_arrived(self, param):
         index = self._bucket_of[param]
         bucket = self.buckets[index]
         self._arrived[index] += 1
-        if self._arrived[index] == len(bucket):  # BLANK may this bucket be all-reduced now?
-            flat = torch.cat([p.grad.flatten() for p in bucket])  # BLANK one tensor holding the whole bucket's gradients # ACCEPT `torch.cat([p.grad.view(-1) for p in bucket])` # REJECT `torch.cat([p.flatten() for p in bucket])`
-            work = dist.all_reduce(flat, async_op=True)  # BLANK start summing it over the ranks, without waiting
+        if self._arrived[index] == len(bucket):  # BLANK may this bucket be all-reduced now? # ACCEPT `self._arrived[index] >= len(self.buckets[index])`
+            flat = torch.cat([p.grad.flatten() for p in bucket])  # BLANK what this bucket sends, as one tensor # ACCEPT `torch.cat([p.grad.view(-1) for p in bucket])` `torch.cat([p.grad.reshape(-1) for p in bucket])` # REJECT `torch.cat([p.flatten() for p in bucket])`
+            work = dist.all_reduce(flat, async_op=True)
             self._in_flight.append((work, bucket, flat))
 
     def finish_gradient_synchronization(self):
         """After backward, before optimizer.step(): every gradient becomes the mean."""
         for work, bucket, flat in self._in_flight:
-            work.wait()  # BLANK is flat the sum yet?
+            work.wait()
             flat /= self.world_size
             for p, piece in zip(bucket, flat.split([p.numel() for p in bucket]), strict=True):
-                p.grad.copy_(piece.view_as(p.grad))  # BLANK p's averaged gradient, back where the optimizer reads it
+                p.grad.copy_(piece.view_as(p.grad))  # BLANK p's averaged gradient, back where the optimizer reads it # ACCEPT `p.grad.view(-1).copy_(piece)` `p.grad = piece.view_as(p.grad).clone()` # REJECT `p.grad.copy_(piece.view_as(p.grad) * self.world_size)`
         self._in_flight.clear()
 
 
@@ -629,11 +669,15 @@ for mb in (1e-6, 2e-3, 100):
 assert len(calls[0]) == 1, "a bucket larger than the model: one all-reduce per step"
 print("✓ DDPBucketed trains like one process on the whole batch, for any bucket size")
 
-# %% tests="DDPBucketed_tests" points=7
-# Hidden tests (7 points): world sizes 1-4, random models (buffers, frozen and tied
+# %% tests="DDPBucketed_tests" points=4
+# Hidden tests (4 points): world sizes 1-4, random models (buffers, frozen and tied
 # parameters) starting apart on each rank, random bucket sizes, SGD and AdamW, against
-# single-process training; and the buckets' sizes, against the rule above.
+# single-process training; and each rank's all-reduces: one per bucket of the rule above,
+# started during backward.
 ### BEGIN HIDDEN TESTS
+# Blanks changed for the give-away rules: the counters' reset, the bucket's all-reduce (3b's
+# answer again) and `work.wait()` are given; the rule is PyTorch's (a bucket closes when it
+# reaches the cap), and the API box no longer spells the flatten and the copy back.
 from autograder.grade_cell import grade
 grade(DDPBucketed)
 ### END HIDDEN TESTS
@@ -642,7 +686,7 @@ grade(DDPBucketed)
 # ### 3d. Watching the overlap
 #
 # The timeline below is one training step of a 256-1024-1024-1024-10 MLP (2.4 M parameters,
-# 9 MiB of gradients) on 2 ranks, one per core, with your `DDPBucketed` and 2 MiB buckets.
+# 9 MiB of gradients) on 2 ranks, with your `DDPBucketed` and 2 MiB buckets.
 # Per rank: the backward (blue), then the wait in `finish_gradient_synchronization` (grey),
 # and below them each bucket's all-reduce, from the moment its hook started it to the moment
 # it finished (real `time.perf_counter()` timestamps).
@@ -689,8 +733,10 @@ for rank, record in enumerate(records):
 # first layers: that part of the communication costs no time. What is left is the grey wait:
 # the first layers' buckets, which can only start when backward ends. An all-reduce finishes
 # only once every rank has started it, so a rank whose backward ran ahead waits for the slower
-# one. (Two ranks share the two cores with gloo's communication threads, so the bars stretch
-# when they overlap; on GPUs compute and communication use different hardware.)
+# one. (The ranks share the machine's cores with gloo's communication threads, so the bars
+# stretch when they overlap. On GPUs overlap is not free either: NCCL's kernels run on the same
+# SMs and use the same memory bandwidth as backward's kernels, so overlapped communication
+# slows compute down somewhat. It still costs less than waiting.)
 #
 # The step time (median of the last 3 of 4 steps, 2 ranks) of your two wrappers next to
 # PyTorch's DDP on the same model:
@@ -710,21 +756,21 @@ for label, wrap in wrappers.items():
 # one (gradients **accumulate** in `.grad`, they add up), and step the optimizer once. With
 # each micro-batch's mean loss divided by $k$, the accumulated gradient is the mean over all
 # $k$ micro-batches: one $k$-times larger batch (micro-batches of equal size, as in section 1).
-# Seed 002 puts it this way: data parallelism and gradient accumulation are the same
-# computation when the number of ranks equals the number of micro-batches; data parallelism
-# splits the big batch across devices, accumulation across time.
+# So data parallelism and gradient accumulation are the same computation when the number of
+# ranks equals the number of micro-batches: both take the gradient of the mean loss over the
+# big batch; data parallelism splits it across devices, accumulation across time.
 #
 # Combined with DDP, each of the $k$ backwards would all-reduce all gradients: $k$ times the
-# communication for one step. Only the last backward's all-reduce is needed, because
-# all-reducing a sum of local gradients gives the same result as summing all-reduced ones.
-# `with ddp_model.no_sync():` runs forward and backward without DDP's all-reduce (the
-# gradients just accumulate locally); the next backward outside it all-reduces everything
-# accumulated so far.
+# communication for one step. Once is enough, because all-reducing a sum of local gradients
+# gives the same result as summing all-reduced ones. `with ddp_model.no_sync():` runs forward
+# and backward without DDP's all-reduce (the gradients just accumulate locally in `.grad`);
+# a backward outside it all-reduces everything accumulated so far.
 #
-# Seed 002's accumulation loop also steps on a last, incomplete group (fewer than
-# `accumulation_steps` micro-batches), still dividing each loss by `accumulation_steps`: that
-# group's gradient comes out too small. Dividing by the number of micro-batches actually in the
-# step avoids that; the function below gets exactly the micro-batches of one step.
+# A common accumulation loop (divide every loss by `accumulation_steps`, step after every
+# `accumulation_steps` micro-batches) also steps on a last, incomplete group, still dividing
+# each loss by `accumulation_steps`: that group's gradient comes out too small. Dividing by
+# the number of micro-batches actually in the step avoids that; the function below gets exactly the
+# micro-batches of one step.
 
 # %% solution="accumulated_step" drill
 def accumulated_step(model, optimizer, micro_batches):
@@ -743,7 +789,7 @@ def accumulated_step(model, optimizer, micro_batches):
 # %% [markdown]
 # The check, on 2 ranks: 3 steps of SGD with 4 micro-batches of 8 samples per rank, next to 3
 # steps with one batch of 32 per rank (the same samples) and one process on all 64. It counts
-# the bucket all-reduces DDP makes per step. Then seed 002's equivalence, on the first 32
+# the bucket all-reduces DDP makes per step. Then the equivalence, on the first 32
 # samples of each batch: 2 ranks with 2 micro-batches of 8 each, and 4 ranks with 1 each.
 
 # %%
@@ -796,10 +842,11 @@ grade(accumulated_step)
 # ## 5. Asynchronous SGD with a parameter server
 #
 # Synchronous SGD moves at the pace of the slowest rank: every all-reduce waits for everyone.
-# Asynchronous SGD (seed 003 §20) drops the waiting. A **parameter server** holds the global
-# weights; each worker, on its own schedule, **pulls** the current weights, computes a gradient
-# on its data, and **pushes** it; the server applies every gradient the moment it arrives,
-# $w \leftarrow w - \eta\, g$. No worker waits for another.
+# Asynchronous SGD (Downpour SGD, Dean et al., "Large Scale Distributed Deep Networks",
+# NeurIPS 2012; parameter servers: Li et al., OSDI 2014) drops the waiting. A **parameter
+# server** holds the global weights; each worker, on its own schedule, **pulls** the current
+# weights, computes a gradient on its data, and **pushes** it; the server applies every gradient the
+# moment it arrives, $w \leftarrow w - \eta\, g$. No worker waits for another.
 #
 # The price is **staleness**. Count the server's updates with a version number: the weights
 # after $t$ updates are version $t$. A worker that pulled version $v$ pushes a gradient of
@@ -818,11 +865,10 @@ grade(accumulated_step)
 #
 # A worker keeps what it pulled while it computes, so a pull hands out a copy: a reference to
 # the server's tensor would change under the worker with every other worker's push. (Over a
-# network this is automatic; in one process, as in the seed's threads, it is not.)
+# network this is automatic; in one process, with threads, it is not.)
 #
-# Two things the seed's sketch gets wrong: its worker comment says it pushes "without waiting",
-# but `push_gradient` takes the lock and applies the update before it returns (the worker
-# waits for the server, just not for the other workers); and it never measures staleness.
+# "Without waiting" means without waiting for the other workers: a push still applies its
+# update (under the server's lock, with threads) before it returns.
 
 # %% solution="ParameterServer"
 class ParameterServer:
@@ -837,12 +883,12 @@ class ParameterServer:
 
     def pull(self):
         """(weights, version) for a worker to compute its next gradient on."""
-        return self.params.clone(), self.version  # BLANK `self.params.clone()` the weights as they are now, for the worker to keep # REJECT `self.params`
+        return self.params.clone(), self.version  # BLANK `self.params.clone()` the weights as they are now, for the worker to keep # ACCEPT `self.params.detach().clone()` # REJECT `self.params`
 
     def push(self, grad, version):
         """Apply a gradient computed on the weights of `version`; return its staleness."""
         staleness = self.version - version  # BLANK how many updates came in since that pull?
-        self.params -= self.lr * grad  # BLANK the server's update
+        self.params -= self.lr * grad
         self.version += 1
         self.staleness.append(staleness)
         return staleness
@@ -870,10 +916,11 @@ assert server.staleness == [0, 1, 1] and server.version == 3
 assert abs(server.params.item() + 0.25) < 1e-12, server.params
 print("✓ the server applies each gradient on arrival and knows how stale it is")
 
-# %% tests="ParameterServer_tests" points=3
-# Hidden tests (3 points): 1-4 workers, random arrival orders, gradients computed while
+# %% tests="ParameterServer_tests" points=2
+# Hidden tests (2 points): 1-4 workers, random arrival orders, gradients computed while
 # others push, against a replay of the same order.
 ### BEGIN HIDDEN TESTS
+# The update `self.params -= self.lr * grad` (plain SGD, shown in the text) is given.
 # For instructors: seed 003 §20's threads become a deterministic replay (graded) and real
 # ranks (the demo below). Its push is not "without waiting" (it applies the update under the
 # lock before returning), and it has no staleness: versions and staleness are added here.

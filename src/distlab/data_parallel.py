@@ -1,13 +1,13 @@
 """Notebook 03 (data parallel): its model and data, instruments for the ranks, its pictures.
 
-    model = mlp()                               # the seed's 784-256-10 MLP
+    model = mlp()                               # a 784-256-10 MLP (MNIST-sized inputs)
     model = toy_model(seed=rank)                # buffer, frozen weight, tied weights
     dataset = synthetic_digits(1000)            # 784 features, 10 classes, learnable
     with watch_all_reduce() as log:             # on a rank: every dist.all_reduce, timed
         ...
     log.numels()                                # elements of each call, in launch order
     calls = count_bucket_all_reduces(ddp)       # on a rank: torch DDP's bucket all-reduces
-    check_params_in_sync(model)                 # on a rank: seed 000's all_gather check
+    check_params_in_sync(model)                 # on a rank: all_gather each parameter, compare
     show_timeline(records)                      # backward and each all-reduce, per rank
     show_loss_curves({"sync, 4 workers": losses, ...})
 
@@ -29,7 +29,7 @@ from torch.utils.data import TensorDataset
 
 
 def mlp(sizes=(784, 256, 10), seed: int = 0) -> nn.Sequential:
-    """Linear layers with ReLU between them (default: the seed's 784-256-10), seeded."""
+    """Linear layers with ReLU between them (default: 784-256-10), seeded."""
     torch.manual_seed(seed)
     layers = []
     for fan_in, fan_out in zip(sizes, sizes[1:], strict=False):
@@ -86,8 +86,8 @@ _checked: list = []
 
 
 def check_params_in_sync(module) -> None:
-    """Seed 000's check, on a rank: all_gather every parameter and raise AssertionError unless
-    every rank holds exactly this rank's values."""
+    """On a rank: all_gather every parameter and raise AssertionError unless every rank holds
+    exactly this rank's values."""
     world_size = dist.get_world_size()
     _checked.clear()
     for name, param in module.named_parameters():
@@ -101,7 +101,8 @@ def check_params_in_sync(module) -> None:
 
 class AllReduceLog:
     """What watch_all_reduce saw on this rank: one dict per call (numel, bytes, async, start,
-    end; times from time.perf_counter, which all processes of a machine share)."""
+    end, and with defer=True waited: when its work was first waited for; times from
+    time.perf_counter, which all processes of a machine share)."""
 
     def __init__(self):
         self.calls: list[dict] = []
@@ -125,10 +126,12 @@ class _Deferred:
     where it lands later, on another stream: code that reads the tensor without waiting sees
     its own, unreduced values every time instead of only when it is unlucky."""
 
-    def __init__(self, work, result: torch.Tensor, target: torch.Tensor):
-        self._work, self._result, self._target = work, result, target
+    def __init__(self, work, result: torch.Tensor, target: torch.Tensor, call: dict):
+        self._work, self._result, self._target, self._call = work, result, target, call
 
     def wait(self, *args, **kwargs) -> bool:
+        if self._call.get("waited") is None:
+            self._call["waited"] = time.perf_counter()
         self._work.wait(*args, **kwargs)
         with torch.no_grad():
             self._target.copy_(self._result)
@@ -151,7 +154,8 @@ def watch_all_reduce(defer: bool = False):
     def all_reduce(tensor, *args, **kwargs):
         async_op = kwargs.get("async_op", args[2] if len(args) > 2 else False)
         call = {"numel": tensor.numel(), "bytes": tensor.numel() * tensor.element_size(),
-                "async": bool(async_op), "start": time.perf_counter(), "end": None}
+                "async": bool(async_op), "start": time.perf_counter(), "end": None,
+                "waited": None}
         log.calls.append(call)
         if not async_op:
             out = real(tensor, *args, **kwargs)
@@ -160,7 +164,7 @@ def watch_all_reduce(defer: bool = False):
         result = tensor.detach().clone() if defer else tensor
         work = real(result, *args, **kwargs)
         work.get_future().then(lambda _: call.__setitem__("end", time.perf_counter()))
-        return _Deferred(work, result, tensor) if defer else work
+        return _Deferred(work, result, tensor, call) if defer else work
 
     dist.all_reduce = all_reduce
     try:
