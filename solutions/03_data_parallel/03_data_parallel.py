@@ -658,7 +658,8 @@ class DDPBucketed(nn.Module):
 
 # %% [markdown]
 # The same check, for three bucket sizes: smaller than any parameter (a bucket per parameter),
-# about two parameters' worth, and larger than the whole model (one bucket). The sizes printed
+# 2 KB (two buckets here: the cap is reached at layer 1's weight), and larger than the whole
+# model (one bucket). The sizes printed
 # are the all-reduces of one step, in the order they started.
 
 # %%
