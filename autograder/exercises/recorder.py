@@ -70,6 +70,8 @@ def nbytes(value) -> int:
 def _group_size(group) -> int | None:
     with contextlib.suppress(Exception):
         return int(group.size())
+    with contextlib.suppress(Exception):  # the process group as the c10d operators receive it
+        return int(torch._C._distributed_c10d.ProcessGroup.unbox(group).size())
     with contextlib.suppress(Exception):
         from torch.distributed.distributed_c10d import _resolve_process_group
 
@@ -104,8 +106,9 @@ class _Communication(TorchDispatchMode):
         namespace, name = func.namespace, func._schema.name.split("::")[-1]
         if namespace == "c10d" and name in C10D:
             kind, at = C10D[name]
-            group = next((a for a in args if type(a).__name__ == "ScriptObject"
-                          and _group_size(a) is not None), None)
+            group = next((a for a in args if not isinstance(a, torch.Tensor | list | tuple |
+                                                            int | bool | None)
+                          and _group_size(a) is not None), None)  # the ReduceOp has no size
             peer = args[2] if kind in ("send", "recv") and len(args) > 2 and name != \
                 "recv_any_source_" else None
             self.record.add(kind, nbytes(args[at]) if at is not None else 0,
@@ -189,8 +192,8 @@ def live_tensor_bytes(*exclude) -> int:
             skip.add(tensor.untyped_storage().data_ptr())
     seen, total = set(), 0
     for obj in gc.get_objects():
-        if not isinstance(obj, torch.Tensor):
-            continue
+        if not issubclass(type(obj), torch.Tensor):  # type(): isinstance would ask
+            continue  # every object its __class__, and deprecated torch aliases warn then
         with contextlib.suppress(Exception):
             if obj.is_meta or obj.layout != torch.strided:
                 continue
