@@ -184,8 +184,12 @@ def test_the_clauses_stay_out_of_the_learners_hint(tmp_path, hidden):
 def test_the_command_line_exits_1_on_a_survivor(tmp_path, hidden, monkeypatch, capsys):
     """Does `python -m autograder.strength` print each report and exit 1 on a survivor?"""
     hidden(next_gpu=one_gpu)
-    report = run(toy(tmp_path, NEXT_GPU.format(clauses="")))
+    solutions = toy(tmp_path, NEXT_GPU.format(clauses=""))
+    report = run(solutions)
     monkeypatch.setattr(strength, "check", lambda *args: [report])
+    given = strength.giveaway.check
+    monkeypatch.setattr(strength.giveaway, "check", lambda ids: given(ids, solutions))
     assert strength.main(["00_toy"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("00_toy: 1 blanks, ") and "blank strength: FAILED" in out
+    assert "give-away: ok" in out  # the toy's one blank is a short answer
