@@ -23,10 +23,11 @@ IDS = solved.assignment_ids()
 WRONG = {
     "01_collectives": ("ring_allreduce", 2, lambda answer: f"({answer}) + 1"),
     "02_cost_models": ("allreduce_time_ring", 1, lambda answer: "n - 1"),
-    "03_data_parallel": ("sync_sgd_step", 2, lambda answer: "world_size - 1"),
+    "03_data_parallel": ("sync_sgd_step", 2, lambda answer: "p.grad /= 2 * world_size"),
     "04_tensor_parallel": ("column_parallel_forward", 1, lambda answer: "weight[:, start:end]"),
     "05_pipeline_parallel": ("one_f_one_b_order", 1, lambda answer: "min(S - s, M)"),
-    "06_zero": ("model_state_bytes", 2, lambda answer: "g * psi / (n_d if stage >= 3 else 1)"),
+    "06_zero": ("model_state_bytes", 1,
+                lambda answer: "(stage >= 2, stage >= 2, stage >= 1)"),
 }
 KINDS = ("solved", "untouched", "one_wrong")
 progress = [""]  # make grade's output
