@@ -38,7 +38,7 @@ LANES := -n 2
 # grading batches, Lab servers, the browser when a chromium is installed) and the
 # blank-strength check on every notebook (every plausible wrong answer must fail its test).
 test: setup
-	$(BIN)/python -m pytest $(LANES)
+	$(BIN)/python -m pytest $(LANES) --durations=20
 
 # The blank-strength check alone, with its report: `make strength IDS=01_collectives`.
 strength: setup
