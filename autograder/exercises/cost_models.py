@@ -35,6 +35,14 @@ def _one(nbytes, n, alpha, bw):
     return 2 * (n - 1) * (alpha + nbytes / bw)
 
 
+def _halving_doubling(nbytes, n, alpha, bw):
+    """Rabenseifner: log2 n exchanges of halves, quarters, ... (reduce-scatter by recursive
+    halving), then the same back (all-gather by recursive doubling); a rank sends
+    M/2 + M/4 + ... + M/n = (n-1)/n M per phase."""
+    rounds = n.bit_length() - 1
+    return 2 * rounds * alpha + 2 * (n - 1) / n * nbytes / bw
+
+
 def _crossover(n, alpha, bw):
     depth = (n - 1).bit_length()
     if n - 1 <= depth:
@@ -130,29 +138,34 @@ def _links(rng) -> tuple[tuple[float, float], tuple[float, float]]:
 # ---------------------------------------------------------------- the alpha-beta times
 
 
-def _check_time(fn, oracle, rng, name):
-    """One rank, then latency alone, bandwidth alone, both, and a huge message."""
+def _check_time(fn, oracle, rng, name, ranks=None):
+    """One rank, then latency alone (the steps), bandwidth alone (the bytes), both, and a huge
+    message. ranks(rng): the rank counts to try."""
+    ranks = ranks or _ranks
     for n in (1, 1, 1):
         nbytes, alpha, bw = _log(rng, 0, 9), _log(rng, -7, -3), _log(rng, 8, 12)
         where = _call(name, nbytes=nbytes, n=n, alpha=alpha, bw=bw)
         check_close(_calling(where, fn, nbytes, n, alpha, bw), 0.0,
-                    f"{where}: one rank has nobody to talk to", "the time", atol=1e-15)
-    for n in _ranks(rng):
+                    f"{where}: one rank has nobody to talk to, so no steps", "the time", atol=1e-15)
+    for n in ranks(rng):
         alpha, bw = _log(rng, -7, -3), _log(rng, 8, 12)
-        where = _call(name, nbytes=0.0, n=n, alpha=alpha, bw=bw) + " (latency only)"
+        where = _call(name, nbytes=0.0, n=n, alpha=alpha, bw=bw) + " (latency only: it " \
+            "counts the steps)"
         check_close(_calling(where, fn, 0.0, n, alpha, bw), oracle(0.0, n, alpha, bw), where,
                     "the time")
-    for n in _ranks(rng):
+    for n in ranks(rng):
         nbytes, bw = _log(rng, 0, 10), _log(rng, 8, 12)
-        where = _call(name, nbytes=nbytes, n=n, alpha=0.0, bw=bw) + " (bandwidth only)"
+        where = _call(name, nbytes=nbytes, n=n, alpha=0.0, bw=bw) + " (bandwidth only: it " \
+            "counts the bytes a rank sends)"
         check_close(_calling(where, fn, nbytes, n, 0.0, bw), oracle(nbytes, n, 0.0, bw), where,
                     "the time")
-    for n in _ranks(rng):
+    for n in ranks(rng):
         nbytes, alpha, bw = _log(rng, 0, 10), _log(rng, -7, -3), _log(rng, 8, 12)
         where = _call(name, nbytes=nbytes, n=n, alpha=alpha, bw=bw)
         check_close(_calling(where, fn, nbytes, n, alpha, bw), oracle(nbytes, n, alpha, bw),
                     where, "the time")
-    for n in (2, 8, int(rng.integers(3, 200))):
+    huge = (2, 8, int(rng.integers(3, 200))) if ranks is _ranks else (2, 64, 1024)
+    for n in huge:
         nbytes, alpha, bw = 1e15, _log(rng, -7, -5), _log(rng, 9, 11)
         where = _call(name, nbytes=nbytes, n=n, alpha=alpha, bw=bw) + " (a huge message: " \
             "almost all of it is the bandwidth term)"
@@ -173,6 +186,16 @@ def allreduce_time_tree(fn, rng):
 @exercise
 def allreduce_time_one(fn, rng):
     _check_time(fn, _one, rng, "allreduce_time_one")
+
+
+def _powers_of_two(rng) -> list[int]:
+    """Every power of two from 2 to 1024 (the algorithm needs one)."""
+    return [2**k for k in range(1, 11)]
+
+
+@exercise
+def allreduce_time_halving_doubling(fn, rng):
+    _check_time(fn, _halving_doubling, rng, "allreduce_time_halving_doubling", _powers_of_two)
 
 
 @exercise

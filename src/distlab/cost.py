@@ -23,7 +23,9 @@ from distlab.collectives import _show
 GB = 1e9  # bytes: the network vendors' gigabyte
 MiB = 2**20
 COLOURS = {"ring": "tab:blue", "tree": "tab:orange", "all-to-one": "tab:grey",
-           "flat ring": "tab:red", "hierarchical": "tab:green"}
+           "recursive doubling": "tab:brown", "halving-doubling": "tab:purple",
+           "flat ring": "tab:red", "flat, one ring per card": "tab:pink",
+           "hierarchical": "tab:green"}
 PARTS = [("compute", "tab:grey"), ("bubble", "lightgrey"), ("dp", "tab:blue"),
          ("tp", "tab:orange"), ("pp", "tab:green")]
 
@@ -73,11 +75,15 @@ def show_message_cost(alpha: float, bw: float):
 
 
 def draw_allreduce_costs(curves: dict, n: int, alpha: float, bw: float, crossover=None):
-    """Time against message size for each curves[name](nbytes, n, alpha, bw)."""
+    """Time against message size for each curves[name](nbytes, n, alpha, bw); a curve that
+    raises ValueError for this n (an algorithm for powers of two only) is left out."""
     sizes = np.logspace(0, 10, 121)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, fn in curves.items():
-        times = [fn(float(size), n, alpha, bw) for size in sizes]
+        try:
+            times = [fn(float(size), n, alpha, bw) for size in sizes]
+        except ValueError:
+            continue
         ax.plot(sizes, np.maximum(times, 1e-12), label=name, color=COLOURS.get(name))
     where = crossover(n, alpha, bw) if crossover else None
     if where is not None and math.isfinite(where):
