@@ -294,6 +294,86 @@ def _stage_batch(seed: int, M: int):
             torch.randn(M * ROWS, WIDTH, generator=generator))
 
 
+def _measured(stage, fn, *args):
+    """fn(*args) with the stage watched from below: (its return value, what it did), where what
+    it did is {"held": the most micro-batches whose activations autograd kept at once, "kept":
+    the most micro-batch inputs still alive after their backward (the latest one aside, which
+    the loop's variables may still name), "calls": its sends and receives (kind, bytes, peer)}.
+
+    A micro-batch is one forward of the stage; it is held while any tensor autograd saved for
+    its backward (the stage's and, on the last rank, the loss's; weights aside) is alive."""
+    import weakref
+
+    import torch
+
+    from autograder.exercises.checks import recording
+
+    weights = {p.untyped_storage().data_ptr() for p in stage.parameters()}
+    live, inputs, done = {}, {}, []  # forward -> saved tensors alive; its input; backwards run
+    state = {"forward": -1, "held": 0, "kept": 0}
+
+    class Saved:
+        """A saved tensor, counted while autograd keeps it."""
+
+        __slots__ = ("forward", "tensor")
+
+        def __init__(self, tensor, forward):
+            self.tensor, self.forward = tensor, forward
+            live[forward] = live.get(forward, 0) + 1
+
+        def __del__(self):
+            live[self.forward] -= 1
+
+    def pack(tensor):
+        if state["forward"] < 0 or tensor.untyped_storage().data_ptr() in weights:
+            return tensor
+        return Saved(tensor, state["forward"])
+
+    def unpack(saved):
+        return saved.tensor if isinstance(saved, Saved) else saved
+
+    def before(module, inputs_):
+        state["forward"] += 1
+        if inputs_ and isinstance(inputs_[0], torch.Tensor):
+            inputs[state["forward"]] = weakref.ref(inputs_[0])
+        kept = [f for f in done[:-1] if f in inputs and inputs[f]() is not None]
+        state["kept"] = max(state["kept"], len(kept))
+
+    def after(module, inputs_, output):
+        forward = state["forward"]
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(lambda grad, forward=forward: done.append(forward))
+        state["held"] = max(state["held"], sum(count > 0 for count in live.values()))
+
+    handles = [stage.register_forward_pre_hook(before), stage.register_forward_hook(after)]
+    try:
+        with recording(flops=False, saved=False) as record, \
+                torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            out = fn(args[0], args[1], stage, *args[2:])
+    finally:
+        for handle in handles:
+            handle.remove()
+    calls = [(c["kind"], c["bytes"], c["peer"]) for c in record.summary()["calls"]
+             if c["kind"] in ("send", "recv")]
+    return out, {"held": state["held"], "kept": state["kept"], "calls": calls}
+
+
+def _messages(rank: int, world_size: int, actions: list) -> list:
+    """The sends and receives rank `rank` makes for its actions, in order: a forward receives
+    its input from the previous rank and sends its output on; a backward receives the output's
+    gradient from the next rank and sends the input's back."""
+    size, prev, nxt = ROWS * WIDTH * 4, rank - 1, rank + 1
+    calls = []
+    for _, kind, _ in actions:
+        if kind == "F":
+            calls += [("recv", size, prev)] * (prev >= 0) + [("send", size, nxt)] * (
+                nxt < world_size)
+        else:
+            calls += [("recv", size, nxt)] * (nxt < world_size) + [("send", size, prev)] * (
+                prev >= 0)
+    return calls
+
+
 def _stage_harness(rank, world_size, fn, cases):
     """Each case (name, order, M, seed): the learner's run_stage on this rank's stage. Returns
     per case ("ok", (its return value, the stage's gradients)) or (kind, text); stops at the
@@ -307,14 +387,15 @@ def _stage_harness(rank, world_size, fn, cases):
                 inputs = list(x.split(ROWS)) if rank == 0 else None
                 targets = list(y.split(ROWS)) if rank == world_size - 1 else None
                 try:
-                    out = fn(rank, world_size, stage, [tuple(a) for a in order[rank]], inputs,
-                             targets, (ROWS, WIDTH))
+                    out, measured = _measured(stage, fn, rank, world_size,
+                                              [tuple(a) for a in order[rank]], inputs, targets,
+                                              (ROWS, WIDTH))
                 except Exception as err:  # noqa: BLE001 - reported as the case's failure
                     results.append(rank_failure(err, "raised"))
                     break
                 grads = [None if p.grad is None else p.grad.detach().clone()
                          for p in stage.parameters()]
-                results.append(("ok", (out, grads)))
+                results.append(("ok", (out, grads, measured)))
         except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
             results.append(rank_failure(err, "broken"))
     return results
@@ -344,7 +425,7 @@ def _stage_verdict(S: int, cases: list, results: list) -> None:
             losses = [F.mse_loss(model(xs), ys).item()
                       for xs, ys in zip(x.split(ROWS), y.split(ROWS), strict=True)]
         peaks = peak_in_flight(order)
-        for rank, (_, (out, grads)) in enumerate(entries):
+        for rank, (_, (out, grads, measured)) in enumerate(entries):
             try:
                 got_losses, peak = out
             except (TypeError, ValueError):
@@ -353,10 +434,34 @@ def _stage_verdict(S: int, cases: list, results: list) -> None:
             if rank == S - 1:
                 check_close(got_losses, losses, f"{where}, rank {rank}", "the losses",
                             rtol=1e-5, atol=1e-6)
-            if peak != peaks[rank]:
+            want_calls, calls = _messages(rank, S, order[rank]), measured["calls"]
+            if calls != want_calls:
+                at = next((i for i, (a, b) in enumerate(zip(calls, want_calls, strict=False))
+                           if a != b),
+                          min(len(calls), len(want_calls)))
+                got_call = "nothing" if at >= len(calls) else "a {} of {} B with rank {}".format(
+                    *calls[at])
+                want_call = "nothing" if at >= len(want_calls) else \
+                    "a {} of {} B with rank {}".format(*want_calls[at])
+                raise AssertionError(f"{where}: rank {rank}'s message {at + 1} is {got_call}, "
+                                     f"but running its actions in order it is {want_call} "
+                                     f"({len(calls)} sends and receives, expected "
+                                     f"{len(want_calls)})")
+            if measured["held"] != peaks[rank]:
+                raise AssertionError(f"{where}: rank {rank} held the activations of up to "
+                                     f"{measured['held']} micro-batches at once (counted from "
+                                     "what autograd kept for their backward while it ran), but "
+                                     f"its actions in this order hold at most {peaks[rank]}: "
+                                     "run them in the order given")
+            if measured["kept"]:
+                raise AssertionError(f"{where}: rank {rank} still held the input of "
+                                     f"{measured['kept']} micro-batch(es) after their backward "
+                                     "had run: take a micro-batch out of the stash at its "
+                                     "backward, so that its memory can go")
+            if peak != measured["held"]:
                 raise AssertionError(f"{where}: rank {rank} reports a peak of {peak!r} "
-                                     f"micro-batches held, but this order holds up to "
-                                     f"{peaks[rank]}")
+                                     f"micro-batches held, but it held up to "
+                                     f"{measured['held']} at once (measured while it ran)")
             for (pname, param), got in zip(model[rank].named_parameters(), grads, strict=True):
                 if got is None:
                     raise AssertionError(f"{where}: rank {rank}'s stage got no gradient for "
