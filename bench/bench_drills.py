@@ -2,12 +2,13 @@
 
 Run: .venv/bin/python bench/bench_drills.py      (about 40 s on 2 cores)
 
-Targets (issue 16): a refresh and a textual check under 50 ms; a check that runs a
-single-process snippet under 1 s. Each check that runs goes through the warm drill runner (the
-judge's runner: a fresh child per candidate, sandboxed where the machine allows it); its
-baseline is the same hidden test on the reference, in this process, with no runner at all: the
-ratio is what isolation costs. Times are medians over repetitions, the history in a scratch
-file.
+Targets (issues 16, 30): a refresh and a textual check under 50 ms; a check that runs a
+single-process snippet under 1 s; one that runs any snippet under 2 s warm, from the widget
+(its Checker) and from the command line (the warm drill server `check` asks, server.py). Each
+check that runs goes through the warm drill runner (the judge's runner: a fresh child per
+candidate, sandboxed where the machine allows it); its baseline is the same hidden test on the
+reference, in this process, with no runner at all: the ratio is what isolation costs. Times
+are medians over repetitions, the history in a scratch file.
 """
 
 from __future__ import annotations
@@ -56,6 +57,28 @@ def _direct(name: str) -> float:
     return _median(once, 3)
 
 
+def _server_rows() -> list[dict]:
+    """A check that runs, as `python -m distlab.drills check` asks it: the warm server's reply."""
+    from distlab import drills
+    from distlab.drills import server
+
+    os.environ["DISTLAB_DRILLS_RUN"] = tempfile.mkdtemp()
+    rows = []
+    try:
+        for name, span, answer in RUN_CASES:
+            snippet = drills.get(name)
+            blank = [p for p in drills.maskable(snippet.source, name) if p.text == span]
+            request = {"op": "check", "snippet": name, "answers": [answer],
+                       "spans": [[p.start, p.end] for p in blank]}
+            server.ask(request)  # starts the server, warms its runner
+            seconds = _median(lambda r=request: server.ask(r), 3)
+            rows.append({"what": f"CLI run check (warm server): {name}", "time_s": seconds,
+                         "target_s": 2.0})
+    finally:
+        server.stop()
+    return rows
+
+
 def main(quiet: bool = False) -> list[dict]:
     os.environ.setdefault("DISTLAB_DRILLS_DB", str(Path(tempfile.mkdtemp()) / "bench.sqlite"))
     from distlab import drills
@@ -78,7 +101,7 @@ def main(quiet: bool = False) -> list[dict]:
                  "time_s": _median(lambda: checker.check(snippet, chosen, answers), 50)})
     for name, span, answer in RUN_CASES:
         snippet = drills.get(name)
-        blank = [p for p in drills.maskable(snippet.source) if p.text == span]
+        blank = [p for p in drills.maskable(snippet.source, name) if p.text == span]
         checker.warm(snippet).join()
         checker.check(snippet, blank, [answer])  # the first child of a runner loads the cells
         seconds = _median(lambda s=snippet, b=blank, a=answer: checker.check(s, b, [a]), 3)
@@ -86,6 +109,7 @@ def main(quiet: bool = False) -> list[dict]:
         rows.append({"what": f"run check: {name}", "time_s": seconds, "baseline_s": baseline,
                      "target_s": 1.0 if name == "ring_allreduce" else None})
     checker.close()
+    rows += _server_rows()
     if not quiet:
         print(f"drills (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
         print(f"{'what':<36} | {'time':>9} | {'target':>7} | {'baseline':>9} | {'ratio':>5}")

@@ -23,7 +23,7 @@ def draw(name: str, blanks: int, seed: int, ignore_history: bool = False):
     """(snippet, its maskable positions, the `blanks` drawn for this seed), weighted by the
     learner's misses unless `ignore_history`."""
     snippet = get(name)
-    positions = maskable(snippet.source)
+    positions = maskable(snippet.source, snippet.name)
     misses = None if ignore_history else history.misses(name)
     return snippet, positions, choose(positions, blanks, seed, name, misses)
 

@@ -4,11 +4,18 @@
     python -m distlab.drills write ring_allreduce --seed 3 --blanks 5 -o drill.ipynb
     python -m distlab.drills check drill.ipynb [--reveal]         # a verdict per blank
     python -m distlab.drills reset [SNIPPET]                      # forget the weak spots
+    python -m distlab.drills serve [--stop]                      # the warm checker (below)
 
 `write` draws the blanks from the seed and your weak-spot history (the same seed and history
 give the same blanks; `--ignore-history` draws from the seed alone) into a notebook with one
 code cell; fill its `_____`s and run `check`. It exits 0 when every blank is right, 1 when one
 is not, 2 on input it cannot use (the message says why).
+
+An answer equal to the reference's text is judged in `check`'s own process at once. Others go
+to a warm checker that `write` or the first `check` starts in the background (`serve`: one
+judge runner per notebook, kept warm, gone after 15 idle minutes; server.py), so a check that
+runs the hidden test takes a warm judge's second rather than a cold start's ten.
+DISTLAB_DRILLS_SERVER=0 judges in `check`'s own process instead.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ import re
 import sys
 from pathlib import Path
 
-from distlab.drills import Checker, DrillError, draw, history, load, maskable, record
+from distlab.drills import Checker, DrillError, draw, history, load, maskable, record, server
+from distlab.drills.check import Verdict, normalise
 from distlab.drills.positions import template
 from distlab.drills.snippets import get
 
@@ -67,7 +75,7 @@ def read_answers(filled: str, lines: list[list]) -> list[str]:
 def write(name: str, seed: int, blanks: int, out: Path, ignore_history: bool = False) -> str:
     snippet, positions, chosen = draw(name, blanks, seed, ignore_history)
     lines = template(snippet.source, chosen)
-    summary = f"{len(positions)} maskable positions | {len(chosen)} masked"
+    summary = f"{len(positions)} maskable | {len(chosen)} masked"
     notebook = {
         "nbformat": 4, "nbformat_minor": 5,
         "metadata": {"kernelspec": KERNELSPEC, "language_info": {"name": "python"},
@@ -82,6 +90,7 @@ def write(name: str, seed: int, blanks: int, out: Path, ignore_history: bool = F
              "execution_count": None, "outputs": [], "source": cell_text(lines)},
         ]}
     out.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+    server.ask({"op": "warm", "snippet": name}, timeout=10)  # warm by the time you check
     return f"wrote {out}: {name}, seed {seed}, {summary}"
 
 
@@ -98,31 +107,44 @@ def _drill_of(path: Path):
     if _digest(snippet.source) != meta["source"]:
         raise DrillError(f"{meta['snippet']} changed in the solved source since {path} was "
                          "written: write a new drill")
-    by_span = {(p.start, p.end): p for p in maskable(snippet.source)}
+    by_span = {(p.start, p.end): p for p in maskable(snippet.source, snippet.name)}
     chosen = sorted(by_span[tuple(span)] for span in meta["spans"])
     source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
     return snippet, chosen, read_answers(source, template(snippet.source, chosen))
 
 
+def _judge(snippet, chosen, answers) -> tuple[list[Verdict], str]:
+    """(verdicts, why text only or ""): answers equal to the reference's text here at once,
+    the others by the warm drill server (server.py), else by a Checker of this process."""
+    if all(normalise(a.strip()) == normalise(p.text) for p, a in zip(chosen, answers,
+                                                                      strict=True)):
+        return [Verdict(a.strip(), "right", "as the reference") for a in answers], ""
+    reply = server.ask({"op": "check", "snippet": snippet.name,
+                        "spans": [[p.start, p.end] for p in chosen], "answers": answers})
+    if reply and "verdicts" in reply:
+        return [Verdict(*v) for v in reply["verdicts"]], reply["text_only"]
+    checker = Checker()
+    try:
+        return checker.check(snippet, chosen, answers), checker.text_only
+    finally:
+        checker.close()
+
+
 def check(path: Path, reveal: bool = False) -> tuple[str, bool]:
     """(the report, every blank right?) of a filled drill notebook; the history learns it."""
     snippet, chosen, answers = _drill_of(path)
-    checker = Checker()
-    try:
-        verdicts = checker.check(snippet, chosen, answers)
-    finally:
-        checker.close()
+    verdicts, text_only = _judge(snippet, chosen, answers)
     record(snippet, chosen, verdicts)
     lines = [f"{snippet.name} ({snippet.assignment}): {len(chosen)} blanks"]
-    if checker.text_only:
-        lines.append(f"note: {checker.text_only}: answers are checked by text only")
+    if text_only:
+        lines.append(f"note: {text_only}: answers are checked by text only")
     for number, (position, verdict) in enumerate(zip(chosen, verdicts, strict=True), start=1):
         shown = verdict.answer or BLANK
         lines.append(f"[{number}] {MARK[verdict.status]} {shown}  -- {verdict.why}")
         if reveal and not verdict.right:
             lines.append(f"      the reference: {position.text}")
     right = sum(v.right for v in verdicts)
-    keys = [p.key for p in maskable(snippet.source)]
+    keys = [p.key for p in maskable(snippet.source, snippet.name)]
     lines.append(f"{right} of {len(chosen)} right; mastery of {snippet.name}: "
                  f"{history.mastery(snippet.name, keys):.0%}")
     return "\n".join(lines), right == len(chosen)
@@ -131,7 +153,7 @@ def check(path: Path, reveal: bool = False) -> tuple[str, bool]:
 def listing() -> str:
     rows = []
     for name, snippet in load().items():
-        keys = [p.key for p in maskable(snippet.source)]
+        keys = [p.key for p in maskable(snippet.source, snippet.name)]
         rows.append(f"{name:<28} {snippet.assignment:<22} {len(keys):>4} maskable positions"
                     f"   mastery {history.mastery(name, keys):>4.0%}")
     return "\n".join(rows) or "no snippets: drills.toml opens no notebook, or no solved sources"
@@ -152,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     checker = commands.add_parser("check", help="check a filled drill notebook")
     checker.add_argument("notebook", type=Path)
     checker.add_argument("--reveal", action="store_true", help="show the reference of a miss")
+    serving = commands.add_parser("serve", help="the warm checker `check` asks (started by "
+                                  "itself; --stop stops it)")
+    serving.add_argument("--stop", action="store_true")
     resetter = commands.add_parser("reset", help="forget your weak spots")
     resetter.add_argument("snippet", nargs="?", help="default: every snippet")
     args = parser.parse_args(argv)
@@ -161,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "write":
             print(write(args.snippet, args.seed, args.blanks,
                         args.output or Path(f"drill_{args.snippet}.ipynb"), args.ignore_history))
+        elif args.command == "serve":
+            if args.stop:
+                print("stopped the drill server" if server.stop() else "no drill server runs")
+            else:
+                server.serve()
         elif args.command == "check":
             report, all_right = check(args.notebook, args.reveal)
             print(report)

@@ -7,7 +7,9 @@ the machine allows it, as grading is): `(1 + i) % N` passes where `(i + 1) % N` 
 wrong index does not. Each such answer is tried alone in the reference, so each blank gets its
 own verdict; all of them together first, so answers right only as a set count too.
 
-One runner per notebook stays warm for the whole drill session (`Checker`). Without the
+One runner per notebook stays warm for the whole drill session (`Checker`): `warm` starts it
+and runs the reference through the hidden test once, and a candidate then gets three times the
+reference's time (at least MIN_SECONDS), so an answer that deadlocks fails in seconds. Without the
 grading side (a learner's image without `autograder`), answers are checked by text only, and
 the checker says so.
 """
@@ -16,8 +18,10 @@ from __future__ import annotations
 
 import ast
 import io
+import math
 import sys
 import threading
+import time
 import tokenize
 import weakref
 from dataclasses import dataclass
@@ -26,6 +30,7 @@ from distlab.drills.positions import Position
 from distlab.drills.snippets import Snippet
 
 CALL_SECONDS = 30.0  # one call of the snippet's function in the runner
+SLOWER, MIN_SECONDS = 3.0, 1.5  # a candidate gets 3x the reference's time, at least 1.5 s
 RIGHT, WRONG, EMPTY, INVALID, DIFFERS = "right", "wrong", "empty", "invalid", "differs"
 
 
@@ -88,6 +93,7 @@ class Checker:
         self.text_only = _grading_side_missing()  # why, or ""
         self._runners: dict[str, tuple[tuple[str, ...], object]] = {}
         self._lock = threading.Lock()  # one check (or warm-up) at a time per session
+        self._took: dict[str, float] = {}  # snippet -> seconds its reference took, warm
         # a kernel that shuts down with the drill open ends its runners too
         weakref.finalize(self, _close, self._runners)
 
@@ -103,7 +109,9 @@ class Checker:
         return runner
 
     def warm(self, snippet: Snippet) -> threading.Thread | None:
-        """Start the snippet's runner and load its hidden test in the background."""
+        """Start the snippet's runner, load its hidden test and run the reference through it
+        once, in the background: the first check is then as quick as the next ones, and the
+        reference's time bounds a candidate's (a deadlock fails in a few seconds)."""
         if self.text_only:
             return None
 
@@ -113,33 +121,55 @@ class Checker:
             with self._lock:
                 test_for(snippet.name)
                 self._runner(snippet).start()
+                if snippet.name not in self._took:
+                    begun = time.monotonic()
+                    if self._failure(snippet, snippet.source, limit=None) is None:
+                        self._took[snippet.name] = time.monotonic() - begun
 
         thread = threading.Thread(target=start, daemon=True, name="drill warm-up")
         thread.start()
         return thread
 
+    def limit(self, snippet: Snippet) -> float | None:
+        """Seconds a candidate gets: a few times what the reference took (None: not timed)."""
+        took = self._took.get(snippet.name)
+        return None if took is None else max(MIN_SECONDS, SLOWER * took + 0.5)
+
     def failure(self, snippet: Snippet, candidate: str) -> str | None:
         """None if `candidate` (the snippet's function, filled in) passes its hidden test,
         else the test's reason, in one line."""
+        with self._lock:
+            return self._failure(snippet, candidate, self.limit(snippet))
+
+    def _failure(self, snippet: Snippet, candidate: str, limit: float | None) -> str | None:
         import numpy as np
 
         from autograder.exercises import test_for
         from autograder.grade_cell import quiet, seed_for
         from autograder.judge import Remote
 
-        with self._lock:
-            runner = self._runner(snippet)
-            runner.fork(candidate)
-            fn = Remote(runner, snippet.name)
+        runner = self._runner(snippet)
+        runner.fork(candidate)
+        fn = Remote(runner, snippet.name)
+        runner.deadline = math.inf if limit is None else time.monotonic() + limit
+        try:
+            with quiet():
+                test_for(snippet.name)(fn, np.random.default_rng(seed_for(snippet.name, "")))
+        except AssertionError as err:
+            return str(err).splitlines()[0] if str(err) else "a hidden test failed"
+        except TimeoutError:
+            if limit is None:
+                return "the hidden test did not finish"
+            return (f"still running after {limit:.1f} s, where the reference takes "
+                    f"{self._took[snippet.name]:.1f} s: a deadlock, or a loop that never ends?")
+        except Exception as err:  # noqa: BLE001 - whatever the filled code raised
+            return f"{type(err).__name__}: {err}".splitlines()[0]
+        finally:
+            runner.deadline = math.inf
             try:
-                with quiet():
-                    test_for(snippet.name)(fn, np.random.default_rng(seed_for(snippet.name, "")))
-            except AssertionError as err:
-                return str(err).splitlines()[0] if str(err) else "a hidden test failed"
-            except Exception as err:  # noqa: BLE001 - whatever the filled code raised
-                return f"{type(err).__name__}: {err}".splitlines()[0]
-            finally:
                 fn.close()
+            except Exception:  # noqa: BLE001 - a runner stopped at its deadline: start anew
+                runner.close()
         return None
 
     def check(self, snippet: Snippet, chosen: list[Position], answers: list[str]) -> list[Verdict]:
@@ -159,6 +189,8 @@ class Checker:
                                           f"{self.text_only}: checked by text only")
             else:
                 to_run[index] = answer
+        if to_run and not self.text_only and snippet.name not in self._took:
+            self.warm(snippet).join()  # times the reference: a deadlock then fails quickly
         if len(to_run) > 1:  # all together first: answers that are right only as a set
             together = {chosen[index]: answer for index, answer in to_run.items()}
             if self.failure(snippet, fill(snippet.source, together)) is None:
@@ -200,3 +232,4 @@ def _syntax_error(code: str) -> str | None:
     except SyntaxError as err:
         return err.msg
     return None
+
