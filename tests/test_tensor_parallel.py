@@ -19,77 +19,77 @@ from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (
 ASSIGNMENT = "04_tensor_parallel"
 nb = Notebook(ASSIGNMENT)
 NAMES = ["column_parallel_forward", "row_parallel_forward", "column_parallel_backward",
-         "row_parallel_backward", "megatron_f_g", "tp_mlp", "tp_attention", "sp_all_reduce"]
+         "row_parallel_backward", "megatron_f_g", "tp_mlp", "tp_attention", "sp_all_reduce",
+         "sp_f_g"]
 
 # Plausible mistakes, at least one per blank: (function, blank number, what a learner might write).
 WRONG = [
-    ("column_parallel_forward", 1, "weight[:, start:end]"),  # the in x out layout of the seed
-    ("column_parallel_forward", 1, "weight[start:end + 1]"),
-    ("column_parallel_forward", 2, "bias"),
-    ("column_parallel_forward", 2, "bias[start + 1:end + 1]"),
-    ("column_parallel_forward", 3, "x @ w_shard + b_shard"),  # .t() dropped
-    ("column_parallel_forward", 3, "x @ w_shard.t()"),  # no bias
-    ("column_parallel_forward", 4, "torch.cat(pieces, dim=0)"),
-    ("column_parallel_forward", 4, "torch.cat(pieces, dim=1)"),  # right for 2-D inputs only
-    ("column_parallel_forward", 4, "y_shard"),
-    ("row_parallel_forward", 1, "weight[start:end]"),
-    ("row_parallel_forward", 1, "weight[:, start:end + 1]"),
-    ("row_parallel_forward", 2, "x[:, start:end]"),  # right for 2-D inputs only
-    ("row_parallel_forward", 2, "x[..., start + 1:end + 1]"),
-    ("row_parallel_forward", 3, "x_shard @ w_shard.t() + bias"),  # the bias on every rank
-    ("row_parallel_forward", 3, "x_shard @ w_shard"),
-    ("row_parallel_forward", 4, "pass"),  # the all-reduce dropped
-    ("row_parallel_forward", 4, "dist.all_reduce(partial, op=dist.ReduceOp.MAX)"),
+    ("column_parallel_forward", 1, "x @ w_shard + b_shard"),  # .t() dropped
+    ("column_parallel_forward", 1, "x @ w_shard.t()"),  # no bias
+    ("column_parallel_forward", 2, "pass"),  # no collective
+    ("column_parallel_forward", 2, "dist.all_reduce(y_shard)"),
+    ("column_parallel_forward", 3, "torch.cat(pieces, dim=0)"),
+    ("column_parallel_forward", 3, "torch.cat(pieces, dim=1)"),  # right for 2-D inputs only
+    ("column_parallel_forward", 3, "y_shard"),
+    ("row_parallel_forward", 1, "x_shard @ w_shard.t() + bias"),  # the bias on every rank
+    ("row_parallel_forward", 1, "x_shard @ w_shard"),
+    ("row_parallel_forward", 2, "pass"),  # the all-reduce dropped
+    ("row_parallel_forward", 2, "dist.all_reduce(partial, op=dist.ReduceOp.MAX)"),
+    ("row_parallel_forward", 3, "partial"),  # the bias forgotten
+    ("row_parallel_forward", 3, "partial + bias * world_size"),
     ("column_parallel_backward", 1, "x.t() @ grad_y_shard"),
-    ("column_parallel_backward", 1, "grad_y.t() @ x"),
-    ("column_parallel_backward", 2, "grad_y @ weight"),
+    ("column_parallel_backward", 1, "grad_y_shard @ x.t()"),
+    ("column_parallel_backward", 2, "grad_y_shard @ w_shard.t()"),
     ("column_parallel_backward", 3, "pass"),
     ("column_parallel_backward", 3, "dist.all_reduce(grad_w)"),  # seed 002's all-reduce
-    ("row_parallel_backward", 1, "grad_y.t() @ x"),
     ("row_parallel_backward", 1, "x_shard.t() @ grad_y"),
-    ("row_parallel_backward", 2, "grad_y @ weight"),
+    ("row_parallel_backward", 2, "grad_y @ w_shard.t()"),
     ("row_parallel_backward", 3, "pass"),
     ("row_parallel_backward", 3, "dist.all_reduce(grad_x_shard)"),
     ("megatron_f_g", 1, "all_reduce_sum(x)"),
     ("megatron_f_g", 2, "grad"),
     ("megatron_f_g", 3, "partial"),
     ("megatron_f_g", 4, "all_reduce_sum(grad)"),
-    ("tp_mlp", 1, "x"),
-    ("tp_mlp", 1, "g.apply(x)"),
-    ("tp_mlp", 2, "partial"),
-    ("tp_mlp", 2, "f.apply(partial)"),
+    ("tp_mlp", 1, "shard(w2, rank, world_size, dim=0)"),
+    ("tp_mlp", 2, "F.gelu(F.linear(x, w1_shard, b1_shard))"),  # no f
+    ("tp_mlp", 2, "F.gelu(F.linear(g.apply(x), w1_shard, b1_shard))"),
+    ("tp_mlp", 3, "F.linear(hidden, w2_shard) + b2"),  # no g
+    ("tp_mlp", 3, "g.apply(F.linear(hidden, w2_shard, b2))"),  # the bias N times
     ("tp_attention", 1, "slice(rank * local_heads, (rank + 1) * local_heads)"),
     ("tp_attention", 1, "slice((rank + 1) * local_heads * head_dim, "
                         "(rank + 2) * local_heads * head_dim)"),
-    ("tp_attention", 2, "num_heads"),
-    ("tp_attention", 3, "wo[rows]"),
-    ("tp_attention", 3, "wo"),
+    ("tp_attention", 2, "wo[rows]"),
+    ("tp_attention", 2, "wo"),
     ("sp_all_reduce", 1, "dist.all_reduce(t)"),
     ("sp_all_reduce", 1, "dist.reduce_scatter_single(part, t, op=dist.ReduceOp.MAX)"),
     ("sp_all_reduce", 2, "dist.all_reduce(part)"),
     ("sp_all_reduce", 2, "total.copy_(t)"),
+    ("sp_f_g", 1, "grad"),
+    ("sp_f_g", 1, "all_reduce_sum(grad)"),
+    ("sp_f_g", 2, "grad"),
+    ("sp_f_g", 2, "scatter_rows(grad)"),
 ]
 
 # Correct answers written another way: they must earn the points too.
 RIGHT = [
-    ("column_parallel_forward", 1, "weight.chunk(world_size, dim=0)[rank]"),
-    ("column_parallel_forward", 1, "weight.narrow(0, start, size)"),
-    ("column_parallel_forward", 3, "F.linear(x, w_shard, b_shard)"),
-    ("column_parallel_forward", 4, "torch.cat(pieces, dim=x.dim() - 1)"),
-    ("row_parallel_forward", 1, "weight[:, rank * size:(rank + 1) * size]"),
-    ("row_parallel_forward", 2, "x.narrow(-1, start, size)"),
-    ("row_parallel_forward", 4, "dist.all_reduce(partial)"),
+    ("column_parallel_forward", 1, "F.linear(x, w_shard, b_shard)"),
+    ("column_parallel_forward", 2, "dist.all_gather(pieces, y_shard.contiguous())"),
+    ("column_parallel_forward", 3, "torch.cat(pieces, dim=x.dim() - 1)"),
+    ("row_parallel_forward", 1, "F.linear(x_shard, w_shard)"),
+    ("row_parallel_forward", 2, "dist.all_reduce(partial)"),
+    ("row_parallel_forward", 3, "bias + partial"),
     ("column_parallel_backward", 1, "(x.t() @ grad_y_shard).t()"),
     ("column_parallel_backward", 3, "dist.all_reduce(grad_x)"),
     ("row_parallel_backward", 3, "dist.all_gather(pieces, grad_x_shard.contiguous())"),
     ("megatron_f_g", 1, "x.clone()"),
     ("megatron_f_g", 4, "grad.clone()"),
+    ("tp_mlp", 1, "w2.chunk(world_size, dim=1)[rank]"),
+    ("tp_mlp", 2, "F.gelu(f.apply(x) @ w1_shard.t() + b1_shard)"),
     ("tp_attention", 1, "slice(rank * x.shape[-1] // world_size, "
                         "(rank + 1) * x.shape[-1] // world_size)"),
-    ("tp_attention", 2, "num_heads // world_size"),
     ("sp_all_reduce", 1, "dist.reduce_scatter_single(part, t)"),
+    ("sp_f_g", 1, "scatter_rows(grad.clone())"),
 ]
-
 
 
 # ---------------------------------------------------------------- references pass
@@ -155,11 +155,11 @@ def test_another_correct_answer_passes(name, number, right):
 
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
-    ("column_parallel_forward", 1, "weight[:, start:end]"),
-    ("row_parallel_forward", 3, "x_shard @ w_shard.t() + bias"),
+    ("column_parallel_forward", 2, "dist.all_reduce(y_shard)"),
+    ("row_parallel_forward", 1, "x_shard @ w_shard.t() + bias"),
     ("column_parallel_backward", 3, "dist.all_reduce(grad_w)"),
     ("megatron_f_g", 2, "grad"),
-    ("tp_attention", 3, "wo[rows]"),
+    ("tp_attention", 2, "wo[rows]"),
 ])
 def test_grading_names_the_wrong_blank(name, number, wrong):
     """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
@@ -182,7 +182,7 @@ def test_a_wrong_f_and_g_costs_only_their_own_points():
 def test_a_missing_all_reduce_on_some_ranks_fails_in_seconds():
     """Does a collective that only rank 0 calls (a deadlock) fail its case on the ranks' short
     timeout, saying that a rank waited, instead of stalling the grade?"""
-    fn = nb.variant("row_parallel_forward", 4,
+    fn = nb.variant("row_parallel_forward", 2,
                  "dist.all_reduce(partial) if rank == 0 else None")
     complaint = fails("row_parallel_forward", fn)
     assert complaint.startswith("world_size=2") and "rank 0" in complaint, complaint
@@ -190,7 +190,7 @@ def test_a_missing_all_reduce_on_some_ranks_fails_in_seconds():
 
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
-    ("tp_mlp", 2, "partial"),  # with the judge's trusted f and g patched in
+    ("tp_mlp", 3, "F.linear(hidden, w2_shard) + b2"),  # with the judge's trusted f and g
     ("megatron_f_g", 3, "partial"),
 ])
 def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):

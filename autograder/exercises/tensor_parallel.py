@@ -2,6 +2,14 @@
 real gloo ranks, on random shapes in float32 and float64, and what the ranks return is compared
 here, outside the ranks, with nn.Linear's formula, a plain sum, or autograd on one process.
 
+Beside the values, each rank's work is recorded from below its code (autograder/exercises/
+recorder.py) and held to the idea's budget: the collectives the formula calls and nothing else
+(a row-parallel forward is one all-reduce of the output; sequence parallelism one reduce-scatter
+and one all-gather, no all-reduce), and about 1/N of the layer's matmul FLOPs per rank. Where
+the exercise allows, a rank is handed only its own shard of the weights (the linear layers and
+their backward); where choosing the shard is the exercise (the MLP, attention) it gets them
+whole, and the FLOPs say whether it used only its part.
+
 As in notebook 01, one module-level harness runs on the ranks (it travels by reference, the
 learner's function by value), in its own process group with a short timeout: a collective that
 never completes fails its case in seconds. The layers built on f and g (tp_mlp, tp_attention)
@@ -17,13 +25,16 @@ from autograder.exercises import exercise
 from autograder.exercises.checks import case as _case
 from autograder.exercises.checks import (
     check_tensor,
+    describe,
     first_rank_failure,
     on_ranks,
     rank_failure,
+    recording,
     short_group,
 )
 
 WORLD_SIZES = (1, 2, 4)
+FLOP_SLACK = 1.25  # a rank may do this much more than 1/N of the layer's matmul FLOPs
 
 
 # ---------------------------------------------------------------- on the ranks
@@ -38,45 +49,62 @@ def _plain(value):
     return value
 
 
+def _recorded(call):
+    """(call(), what the rank did meanwhile: plain data)."""
+    with recording() as rec:
+        value = call()
+    return value, rec.summary()
+
+
 def _run_call(fn, rank, n, case):
-    """fn(rank, n, *args) on copies of the case's tensors."""
-    args = [a.clone() if hasattr(a, "clone") else a for a in case["args"]]
-    return fn(rank, n, *args)
+    """fn(rank, n, *args) on copies of this rank's arguments (case["args"][rank])."""
+    args = [a.clone() if hasattr(a, "clone") else a for a in case["args"][rank]]
+    value, rec = _recorded(lambda: fn(rank, n, *args))
+    return {"value": _plain(value), "rec": rec}
 
 
-def _run_f_g(fn, rank, n, case):
-    """f and g of fn() on this rank's x, backward this rank's gradient: (f(x), dx through f,
-    g(x), dx through g)."""
-    f, g = fn()
-    out = []
-    for op in (f, g):
-        x = case["x"][rank].detach().clone().requires_grad_()
-        y = op.apply(x)
-        y.backward(case["grad"][rank].clone())
-        out += [y, x.grad]
-    return out
+def _apply_both_ways(op, x, grad):
+    """op.apply(x) forward, then backward grad, each recorded: (y, dx, forward, backward)."""
+    x = x.detach().clone().requires_grad_()
+    y, forward = _recorded(lambda: op.apply(x))
+    _, backward = _recorded(lambda: y.backward(grad.clone()))
+    return [_plain(y), _plain(x.grad)], [forward, backward]
+
+
+def _run_pair(fn, rank, n, case):
+    """Both autograd Functions of fn() on this rank's x, backward this rank's gradient: values
+    [first(x), dx through it, second(x), dx through it] and the four recordings."""
+    values, recs = [], []
+    for op, x, grad in zip(fn(), case["x"], case["grad"], strict=True):
+        v, r = _apply_both_ways(op, x[rank], grad[rank])
+        values += v
+        recs += r
+    return {"value": values, "rec": recs}
 
 
 def _run_layer(fn, rank, n, case):
-    """The layer's forward on leaves that require grad, backward grad_y: [y, every grad]."""
+    """The layer's forward on leaves that require grad, backward grad_y: [y, every grad], and
+    the forward's and the backward's recordings."""
     leaves = [t.detach().clone().requires_grad_() for t in case["tensors"]]
-    y = fn(rank, n, *leaves, **case.get("kwargs", {}))
-    y.backward(case["grad"].clone())
-    return [y] + [leaf.grad for leaf in leaves]
+    y, forward = _recorded(lambda: fn(rank, n, *leaves, **case.get("kwargs", {})))
+    _, backward = _recorded(lambda: y.backward(case["grad"].clone()))
+    return {"value": _plain([y] + [leaf.grad for leaf in leaves]), "rec": [forward, backward]}
 
 
 def _run_sp(fn, rank, n, case):
-    return fn(rank, n, case["t"][rank].clone())
+    t = case["t"][rank].clone()
+    value, rec = _recorded(lambda: fn(rank, n, t))
+    return {"value": _plain(value), "rec": rec}
 
 
-_RUNNERS = {"call": _run_call, "f_g": _run_f_g, "layer": _run_layer, "sp": _run_sp}
+_RUNNERS = {"call": _run_call, "pair": _run_pair, "layer": _run_layer, "sp": _run_sp}
 
 
 def _harness(rank, world_size, fn, kind, cases):
-    """Each case through _RUNNERS[kind]. Returns, per case, ("ok", value) or (kind, text) as in
-    checks.rank_failure; a case marked "refuse" that raises ValueError is ("ok", "ValueError").
-    Stops at the first failure. Nothing is judged here: under the judge this runs next to the
-    learner's code."""
+    """Each case through _RUNNERS[kind]. Returns, per case, ("ok", {"value", "rec"}) or
+    (kind, text) as in checks.rank_failure; a case marked "refuse" that raises ValueError is
+    ("ok", "ValueError"). Stops at the first failure. Nothing is judged here: under the judge
+    this runs next to the learner's code."""
     results = []
     with short_group(rank, world_size):
         try:
@@ -92,7 +120,7 @@ def _harness(rank, world_size, fn, kind, cases):
                 except Exception as err:  # noqa: BLE001 - reported as the case's failure
                     results.append(rank_failure(err, "raised"))
                     break
-                results.append(("ok", _plain(value)))
+                results.append(("ok", value))
         except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
             results.append(rank_failure(err, "broken"))
     return results
@@ -131,29 +159,63 @@ def _check_refused(where: str, entries: list, what: str) -> None:
     first_rank_failure(f"{where}, expected a ValueError ({what})", entries)
 
 
-def _values(where: str, entries: list, count: int | None = None) -> list:
-    """Each rank's value of a case that must succeed (a list of `count` items if given)."""
+def _outcomes(where: str, entries: list, count: int | None = None) -> list:
+    """Each rank's {"value", "rec"} of a case that must succeed (its value a list of `count`
+    items if given)."""
     first_rank_failure(where, entries)
-    values = []
-    for rank, (_, value) in enumerate(entries):
+    outcomes = []
+    for rank, (_, outcome) in enumerate(entries):
+        if outcome == "ValueError":
+            raise AssertionError(f"{where}: rank {rank} raised ValueError")
+        value = outcome["value"]
         if count is not None and (not isinstance(value, list) or len(value) != count):
             raise AssertionError(f"{where}: rank {rank} returned {type(value).__name__}, "
                                  f"expected a tuple of {count}")
-        values.append(value)
-    return values
+        outcomes.append(outcome)
+    return outcomes
 
 
-def _autograd(fn, tensors, grad):
-    """y = fn(*tensors) and the gradient of every tensor for y.backward(grad), in float64 on
-    this process, cast back to the tensors' dtype."""
-    import torch
+def _matmul_flops(call) -> int:
+    """The matmul FLOPs of call() on this process (the oracle's budget)."""
+    from torch.utils.flop_counter import FlopCounterMode
 
-    dtype = tensors[0].dtype
-    leaves = [t.detach().double().clone().requires_grad_() for t in tensors]
-    y = fn(*leaves)
-    y.backward(grad.double())
-    return [y.detach().to(dtype)] + [leaf.grad.to(dtype) if leaf.grad is not None
-                                     else torch.zeros_like(leaf, dtype=dtype) for leaf in leaves]
+    counter = FlopCounterMode(display=False)
+    with counter:
+        call()
+    return int(counter.get_total_flops())
+
+
+def _check_flops(where, rank, n, got, whole, what):
+    """A rank's matmul FLOPs against 1/n of the whole layer's (`whole`)."""
+    share = whole / n
+    if n > 1 and got > FLOP_SLACK * share:
+        times = got / share
+        did = (f"computed the whole {what}: " if got >= 0.95 * whole else f"did {times:.2g}x "
+               f"the matmul work of its shard in the {what}: ")
+        raise AssertionError(f"{where}: rank {rank} {did}{times:.2g}x the FLOPs of its shard "
+                             f"({got} FLOPs, its 1/{n} share is {share:g}); each rank multiplies "
+                             "only by its own part of the weights")
+
+
+def _kinds(rec: dict) -> list[str]:
+    return sorted(call["kind"] for call in rec["calls"])
+
+
+def _check_calls(where, rank, rec, want: dict, idea: str, phase: str = ""):
+    """The rank called exactly the collectives in want ({kind: bytes, or None for any size}),
+    one each, and nothing else."""
+    got = _kinds(rec)
+    ok = got == sorted(want)
+    if ok:
+        for call in rec["calls"]:
+            size = want[call["kind"]]
+            ok = ok and (size is None or call["bytes"] == size)
+    if not ok:
+        wanted = ", ".join(f"one {kind}" + (f" of {size} B" if size is not None else "")
+                           for kind, size in want.items()) or "no communication"
+        phase = f" in its {phase}" if phase else ""
+        raise AssertionError(f"{where}: rank {rank} called {describe(rec)}{phase}; {idea} "
+                             f"needs {wanted}")
 
 
 def _check_grad_part(where, rank, got, expected, part, what):
@@ -174,6 +236,10 @@ def _parts(size: int, n: int):
     return [slice(r * size // n, (r + 1) * size // n) for r in range(n)]
 
 
+def _nbytes(t) -> int:
+    return t.numel() * t.element_size()
+
+
 # ---------------------------------------------------------------- the linear layers
 
 
@@ -189,41 +255,38 @@ def _linear_case(rng, n, dtype, three_d, split_dim):
     return x, weight, bias
 
 
-def _refused_linear(rng, n, dtype, split_dim):
-    """A layer whose split dimension is not a multiple of n (n > 1)."""
-    size = n * int(rng.integers(1, 3)) + int(rng.integers(1, n))
-    out_f, in_f = (size, 3) if split_dim == 0 else (3, size)
-    return (_randn(rng, (2, in_f), dtype), _randn(rng, (out_f, in_f), dtype),
-            _randn(rng, (out_f,), dtype)), size
-
-
 def _test_linear_forward(fn, rng, split_dim):
-    import torch
-
     from distlab import require_filled
 
     require_filled(fn)
-    features = ("out_features", "in_features")[split_dim]
+    name = ("column", "row")[split_dim]
+    collective = ("all_gather", "all_reduce")[split_dim]
+    idea = ("a column-parallel forward (each rank's output columns, put side by side)",
+            "a row-parallel forward (the ranks' partial sums, added)")[split_dim]
     for n in WORLD_SIZES:
         cases, specs = [], []
         for index, dtype in enumerate((*_dtypes(), *_dtypes())):
             x, weight, bias = _linear_case(rng, n, dtype, index >= 2, split_dim)
-            where = _case(n, x=tuple(x.shape), weight=tuple(weight.shape), dtype=_name(dtype))
-            cases.append({"args": [x, weight, bias]})
-            specs.append((where, (x.double() @ weight.double().t() + bias.double()).to(dtype)))
-        if n > 1:
-            args, size = _refused_linear(rng, n, torch.float64, split_dim)
-            cases.append({"args": list(args), "refuse": True})
-            specs.append((_case(n, **{features: f"{size} (not a multiple of {n})"}), None))
+            parts = _parts(weight.shape[split_dim], n)
+            if split_dim == 0:  # this rank's rows of the weight and entries of the bias
+                args = [[x, weight[p], bias[p]] for p in parts]
+                shown = {"x": tuple(x.shape), "w_shard": tuple(args[0][1].shape)}
+            else:  # this rank's input features and columns of the weight; the bias whole
+                args = [[x[..., p], weight[:, p], bias] for p in parts]
+                shown = {"x_shard": tuple(args[0][0].shape), "w_shard": tuple(args[0][1].shape)}
+            where = _case(n, **shown, dtype=_name(dtype))
+            cases.append({"args": args})
+            expected = (x.double() @ weight.double().t() + bias.double()).to(dtype)
+            flops = _matmul_flops(lambda x=x, w=weight: x @ w.t())
+            specs.append((where, expected, flops))
         results = on_ranks(_harness, fn, n, "call", cases)
-        for index, (where, expected) in enumerate(specs):
-            entries = _entries(results, index)
-            if expected is None:
-                _check_refused(where, entries, f"{features} cannot be split evenly")
-                continue
-            for rank, y in enumerate(_values(where, entries)):
-                check_tensor(y, expected, where, rank, "the output",
+        for index, (where, expected, flops) in enumerate(specs):
+            for rank, outcome in enumerate(_outcomes(where, _entries(results, index))):
+                check_tensor(outcome["value"], expected, where, rank, "the output",
                              expected_is="nn.Linear gives")
+                _check_calls(where, rank, outcome["rec"], {collective: _nbytes(expected)}, idea)
+                _check_flops(where, rank, n, outcome["rec"]["flops"], flops,
+                             f"matmul of the {name}-parallel layer")
 
 
 @exercise
@@ -242,37 +305,56 @@ def _test_linear_backward(fn, rng, split_dim):
     from distlab import require_filled
 
     require_filled(fn)
+    name = ("column", "row")[split_dim]
     for n in WORLD_SIZES:
         cases, specs = [], []
         for dtype in _dtypes():
             for split in ((True, False) if split_dim == 1 else (None,)):
                 x, weight, bias = _linear_case(rng, n, dtype, False, split_dim)
                 grad_y = _randn(rng, (x.shape[0], weight.shape[0]), dtype)
-                _, grad_x, grad_w, grad_b = _autograd(F.linear, [x, weight, bias], grad_y)
-                extra = {} if split is None else {"input_is_split": split}
-                where = _case(n, x=tuple(x.shape), weight=tuple(weight.shape), **extra,
-                              dtype=_name(dtype))
-                cases.append({"args": [x, weight, grad_y] + ([] if split is None else [split])})
-                specs.append((where, split, grad_x, grad_w, grad_b))
+                (_, grad_x, grad_w, grad_b), _ = _autograd(F.linear, [x, weight, bias], grad_y)
+                parts = _parts(weight.shape[split_dim], n)
+                if split_dim == 0:  # its rows of the weight, its columns of dL/dy
+                    args = [[x, weight[p], grad_y[:, p]] for p in parts]
+                    shown = {"x": tuple(x.shape), "w_shard": tuple(args[0][1].shape)}
+                else:  # its input features and columns of the weight, dL/dy whole
+                    args = [[x[:, p], weight[:, p], grad_y, split] for p in parts]
+                    shown = {"x_shard": tuple(args[0][0].shape),
+                             "w_shard": tuple(args[0][1].shape), "input_is_split": split}
+                where = _case(n, **shown, dtype=_name(dtype))
+                cases.append({"args": args})
+                flops = _matmul_flops(lambda g=grad_y, x=x, w=weight: (g.t() @ x, g @ w))
+                specs.append((where, split, grad_x, grad_w, grad_b, flops, parts))
         results = on_ranks(_harness, fn, n, "call", cases)
-        for index, (where, split, grad_x, grad_w, grad_b) in enumerate(specs):
-            values = _values(where, _entries(results, index), count=3)
-            rows = _parts(grad_w.shape[split_dim], n)
-            for rank, (got_x, got_w, got_b) in enumerate(values):
-                mine = rows[rank]
+        for index, (where, split, grad_x, grad_w, grad_b, flops, parts) in enumerate(specs):
+            outcomes = _outcomes(where, _entries(results, index), count=3)
+            for rank, outcome in enumerate(outcomes):
+                got_x, got_w, got_b = outcome["value"]
+                mine = parts[rank]
                 if split_dim == 0:  # column-parallel: its rows of W and entries of b
                     want_x, want_w, want_b = grad_x, grad_w[mine], grad_b[mine]
                     named_x = "dL/dx (whole, on every rank)"
+                    want = {"all_reduce": _nbytes(grad_x)}
+                    idea = ("dL/dx of a column-parallel layer (every rank holds one term of "
+                            "the sum)")
                 else:  # row-parallel: its columns of W, the whole b
                     want_x = grad_x[:, mine] if split else grad_x
                     want_w, want_b = grad_w[:, mine], grad_b
                     named_x = ("dL/dx (this rank's input features)" if split
                                else "dL/dx (whole, on every rank)")
+                    want = {} if split else {"all_gather": _nbytes(grad_x)}
+                    idea = ("a row-parallel backward whose input arrived split (each rank's "
+                            "part of dL/dx is already all it needs)" if split else
+                            "a row-parallel backward whose input was whole (every rank's "
+                            "columns of dL/dx, side by side)")
                 check_tensor(got_x, want_x, where, rank, named_x, expected_is="autograd gives")
                 check_tensor(got_w, want_w, where, rank, "the gradient of its part of the weight",
                              expected_is="autograd gives")
                 check_tensor(got_b, want_b, where, rank, "the bias gradient",
                              expected_is="autograd gives")
+                _check_calls(where, rank, outcome["rec"], want, idea)
+                _check_flops(where, rank, n, outcome["rec"]["flops"], flops,
+                             f"backward matmuls of the {name}-parallel layer")
 
 
 @exercise
@@ -283,6 +365,24 @@ def column_parallel_backward(fn, rng):
 @exercise
 def row_parallel_backward(fn, rng):
     _test_linear_backward(fn, rng, split_dim=1)
+
+
+def _autograd(fn, tensors, grad):
+    """y = fn(*tensors) and the gradient of every tensor for y.backward(grad), in float64 on
+    this process, cast back to the tensors' dtype; and the matmul FLOPs of both passes."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    dtype = tensors[0].dtype
+    leaves = [t.detach().double().clone().requires_grad_() for t in tensors]
+    counter = FlopCounterMode(display=False)
+    with counter:
+        y = fn(*leaves)
+        y.backward(grad.double())
+    values = [y.detach().to(dtype)] + [leaf.grad.to(dtype) if leaf.grad is not None
+                                       else torch.zeros_like(leaf, dtype=dtype)
+                                       for leaf in leaves]
+    return values, int(counter.get_total_flops())
 
 
 # ---------------------------------------------------------------- f and g
@@ -332,6 +432,20 @@ def _with_oracle_f_g(fn):
     return patched
 
 
+def _check_pair(where, outcomes, expected, budgets, names):
+    """outcomes[rank]["value"] = [first(x), its dx, second(x), its dx], "rec" the four
+    recordings (forward, backward of each); expected[rank] the same four tensors (with what
+    each is); budgets[k] = ({kind: bytes}, idea) of recording k."""
+    phases = ("forward", "backward")
+    for rank, outcome in enumerate(outcomes):
+        for got, (want, what, oracle) in zip(outcome["value"], expected[rank], strict=True):
+            check_tensor(got, want, where, rank, what, expected_is=oracle)
+        for k, rec in enumerate(outcome["rec"]):
+            want, idea = budgets[k]
+            _check_calls(where, rank, rec, want, f"{names[k // 2]}'s {phases[k % 2]} ({idea})",
+                         phases[k % 2] + " of " + names[k // 2])
+
+
 @exercise
 def megatron_f_g(fn, rng):
     import torch
@@ -345,30 +459,45 @@ def megatron_f_g(fn, rng):
             shape = tuple(int(s) for s in rng.integers(1, 4, size=int(rng.integers(1, 4))))
             xs = [_randn(rng, shape, dtype) for _ in range(n)]
             grads = [_randn(rng, shape, dtype) for _ in range(n)]
-            cases.append({"x": xs, "grad": grads})
-            sums = [torch.stack([t.double() for t in ts]).sum(0).to(dtype) for ts in (xs, grads)]
-            specs.append((_case(n, shape=shape, dtype=_name(dtype)), xs, grads, *sums))
-        results = on_ranks(_harness, fn, n, "f_g", cases)
-        for index, (where, xs, grads, sum_x, sum_grad) in enumerate(specs):
-            for rank, (f_y, f_dx, g_y, g_dx) in enumerate(
-                    _values(where, _entries(results, index), count=4)):
-                for got, want, what, oracle in (
-                        (f_y, xs[rank], "f's forward output", "its input is"),
-                        (f_dx, sum_grad, "the gradient through f",
-                         "the sum of the ranks' gradients is"),
-                        (g_y, sum_x, "g's forward output", "the sum of the ranks' inputs is"),
-                        (g_dx, grads[rank], "the gradient through g",
-                         "the gradient it was given is")):
-                    check_tensor(got, want, where, rank, what, expected_is=oracle)
+            cases.append({"x": [xs, xs], "grad": [grads, grads]})
+            sum_x, sum_grad = (torch.stack([t.double() for t in ts]).sum(0).to(dtype)
+                               for ts in (xs, grads))
+            size = _nbytes(xs[0])
+            expected = [[(xs[r], "f's forward output", "its input is"),
+                         (sum_grad, "the gradient through f",
+                          "the sum of the ranks' gradients is"),
+                         (sum_x, "g's forward output", "the sum of the ranks' inputs is"),
+                         (grads[r], "the gradient through g", "the gradient it was given is")]
+                        for r in range(n)]
+            budgets = [({}, "x is already whole on every rank"),
+                       ({"all_reduce": size}, "every rank holds one term of dL/dx"),
+                       ({"all_reduce": size}, "every rank holds a partial sum"),
+                       ({}, "every rank's partial sum receives the whole gradient")]
+            specs.append((_case(n, shape=shape, dtype=_name(dtype)), expected, budgets))
+        results = on_ranks(_harness, fn, n, "pair", cases)
+        for index, (where, expected, budgets) in enumerate(specs):
+            outcomes = _outcomes(where, _entries(results, index), count=4)
+            _check_pair(where, outcomes, expected, budgets, ("f", "g"))
 
 
 # ---------------------------------------------------------------- the layers
 
 
-def _check_layer(where, values, expected, parts):
-    """values[rank] = [y, grad of every tensor]; expected likewise, from autograd;
-    parts[k] = (name, None for a tensor every rank uses whole, else a function rank -> index)."""
-    for rank, value in enumerate(values):
+def _check_layer(where, n, outcomes, expected, flops, parts, sizes, what):
+    """outcomes[rank]["value"] = [y, grad of every tensor]; expected likewise, from autograd;
+    parts[k] = (name, None for a tensor every rank uses whole, else a function rank -> index);
+    sizes = bytes of y and of x: the one all-reduce of g (forward) and of f (backward)."""
+    for rank, outcome in enumerate(outcomes):
+        forward, backward = outcome["rec"]
+        _check_calls(where, rank, forward, {"all_reduce": sizes[0]},
+                     f"the forward of a column-then-row {what} (g, where the region ends)",
+                     "forward")
+        _check_calls(where, rank, backward, {"all_reduce": sizes[1]},
+                     f"the backward of a column-then-row {what} (f, where the region begins)",
+                     "backward")
+        _check_flops(where, rank, n, forward["flops"] + backward["flops"], flops,
+                     f"{what} (forward and backward)")
+        value = outcome["value"]
         check_tensor(value[0], expected[0], where, rank, "the output",
                      expected_is="the single-device layer gives")
         for k, (name, part) in enumerate(parts):
@@ -398,6 +527,8 @@ def tp_mlp(fn, rng):
         cases, specs = [], []
         for index, dtype in enumerate(_dtypes()):
             d, h = int(rng.integers(1, 6)), n * int(rng.integers(1, 4))
+            if h == d:  # a square w1 would let a wrong split dimension pass on shapes alone
+                h += n
             lead = (int(rng.integers(1, 4)),) + ((int(rng.integers(1, 4)),) if index else ())
             tensors = [_randn(rng, (*lead, d), dtype), _randn(rng, (h, d), dtype, d**-0.5),
                        _randn(rng, (h,), dtype), _randn(rng, (d, h), dtype, h**-0.5),
@@ -405,12 +536,17 @@ def tp_mlp(fn, rng):
             grad = _randn(rng, (*lead, d), dtype)
             cases.append({"tensors": tensors, "grad": grad})
             where = _case(n, x=tuple(tensors[0].shape), hidden=h, dtype=_name(dtype))
-            specs.append((where, _autograd(_mlp, tensors, grad), _parts(h, n)))
+            expected, flops = _autograd(_mlp, tensors, grad)
+            size = _nbytes(tensors[0])
+            specs.append((where, expected, flops, _parts(h, n), size))
         results = on_ranks(_harness, fn, n, "layer", cases)
-        for index, (where, expected, hidden) in enumerate(specs):
-            _check_layer(where, _values(where, _entries(results, index), count=6), expected, [
-                ("x", None), ("w1", lambda r, p=hidden: p[r]), ("b1", lambda r, p=hidden: p[r]),
-                ("w2", lambda r, p=hidden: (slice(None), p[r])), ("b2", None)])
+        for index, (where, expected, flops, hidden, size) in enumerate(specs):
+            _check_layer(where, n, _outcomes(where, _entries(results, index), count=6),
+                         expected, flops, [
+                             ("x", None), ("w1", lambda r, p=hidden: p[r]),
+                             ("b1", lambda r, p=hidden: p[r]),
+                             ("w2", lambda r, p=hidden: (slice(None), p[r])), ("b2", None)],
+                         (size, size), "MLP")
 
 
 def _attention(x, wq, wk, wv, wo, bo, num_heads):
@@ -451,8 +587,8 @@ def tp_attention(fn, rng):
             grad = _randn(rng, (batch, seq, d), dtype)
             cases.append({"tensors": tensors, "grad": grad, "kwargs": {"num_heads": num_heads}})
             where = _case(n, x=(batch, seq, d), num_heads=num_heads, dtype=_name(dtype))
-            expected = _autograd(lambda *t, h=num_heads: _attention(*t, h), tensors, grad)
-            specs.append((where, expected, _parts(d, n)))
+            expected, flops = _autograd(lambda *t, h=num_heads: _attention(*t, h), tensors, grad)
+            specs.append((where, expected, flops, _parts(d, n), _nbytes(tensors[0])))
         refused = None
         if n > 1:
             num_heads = n + 1
@@ -463,10 +599,13 @@ def tp_attention(fn, rng):
                           "kwargs": {"num_heads": num_heads}})
             refused = _case(n, num_heads=f"{num_heads} (not a multiple of {n})")
         results = on_ranks(_harness, fn, n, "layer", cases)
-        for index, (where, expected, rows) in enumerate(specs):
-            _check_layer(where, _values(where, _entries(results, index), count=7), expected, [
-                ("x", None), *[(w, lambda r, p=rows: p[r]) for w in ("wq", "wk", "wv")],
-                ("wo", lambda r, p=rows: (slice(None), p[r])), ("bo", None)])
+        for index, (where, expected, flops, rows, size) in enumerate(specs):
+            _check_layer(where, n, _outcomes(where, _entries(results, index), count=7),
+                         expected, flops, [
+                             ("x", None),
+                             *[(w, lambda r, p=rows: p[r]) for w in ("wq", "wk", "wv")],
+                             ("wo", lambda r, p=rows: (slice(None), p[r])), ("bo", None)],
+                         (size, size), "attention layer")
         if refused:
             _check_refused(refused, _entries(results, len(specs)), "the heads cannot be split "
                            "evenly")
@@ -501,8 +640,60 @@ def sp_all_reduce(fn, rng):
             if total is None:
                 _check_refused(where, entries, "the rows cannot be split evenly")
                 continue
-            for rank, (got_total, got_part) in enumerate(_values(where, entries, count=2)):
+            for rank, outcome in enumerate(_outcomes(where, entries, count=2)):
+                got_total, got_part = outcome["value"]
                 check_tensor(got_total, total, where, rank, "the sum",
                              expected_is="the sum over the ranks is")
                 check_tensor(got_part, total.chunk(n)[rank], where, rank, "its rows of the sum",
                              expected_is=f"rows {rank}/{n} of the sum are")
+                size = _nbytes(total)
+                _check_calls(where, rank, outcome["rec"],
+                             {"reduce_scatter": size, "all_gather": size},
+                             "sequence parallelism's split all-reduce (this rank's rows of the "
+                             "sum first, then every rank's rows; no all-reduce)")
+
+
+@exercise
+def sp_f_g(fn, rng):
+    import torch
+
+    from distlab import require_filled
+
+    require_filled(fn)
+    for n in WORLD_SIZES:
+        cases, specs = [], []
+        for dtype in _dtypes():
+            rows = int(rng.integers(1, 3))
+            rest = tuple(int(s) for s in rng.integers(1, 4, size=int(rng.integers(1, 3))))
+            part, whole = (rows, *rest), (n * rows, *rest)
+            parts = [_randn(rng, part, dtype) for _ in range(n)]  # into the all-gather
+            grads_whole = [_randn(rng, whole, dtype) for _ in range(n)]  # back into it
+            wholes = [_randn(rng, whole, dtype) for _ in range(n)]  # into the reduce-scatter
+            grads_part = [_randn(rng, part, dtype) for _ in range(n)]  # back into it
+            cases.append({"x": [parts, wholes], "grad": [grads_whole, grads_part]})
+
+            def summed(ts, dtype=dtype):
+                return torch.stack([t.double() for t in ts]).sum(0).to(dtype)
+
+            gathered, gathered_grad = torch.cat(parts), torch.cat(grads_part)
+            sum_grad, sum_whole = summed(grads_whole).chunk(n), summed(wholes).chunk(n)
+            expected = [[(gathered, "the all-gather's forward output",
+                          "every rank's positions, in rank order, are"),
+                         (sum_grad[r], "the gradient through the all-gather",
+                          "this rank's positions of the summed gradient are"),
+                         (sum_whole[r], "the reduce-scatter's forward output",
+                          "this rank's positions of the sum are"),
+                         (gathered_grad, "the gradient through the reduce-scatter",
+                          "every rank's gradient, in rank order, is")] for r in range(n)]
+            size = _nbytes(gathered)
+            budgets = [({"all_gather": size}, "every rank's positions, on every rank"),
+                       ({"reduce_scatter": size}, "the gradients of this rank's positions, "
+                        "summed over the ranks that used them"),
+                       ({"reduce_scatter": size}, "this rank's positions of the sum"),
+                       ({"all_gather": size}, "every rank's positions of the gradient")]
+            specs.append((_case(n, part=part, dtype=_name(dtype)), expected, budgets))
+        results = on_ranks(_harness, fn, n, "pair", cases)
+        for index, (where, expected, budgets) in enumerate(specs):
+            outcomes = _outcomes(where, _entries(results, index), count=4)
+            _check_pair(where, outcomes, expected, budgets,
+                        ("the all-gather", "the reduce-scatter"))
