@@ -172,13 +172,34 @@ def test_sampled_draws_across_all_snippets_are_ideas():
     assert {p.kind for p in drawn} == set(positions.KINDS)
 
 
-def test_counts_per_snippet_are_near_the_reference_drill_modes():
+def test_counts_per_snippet_against_the_reference_drill_modes():
     """Are the counts of the ring / DDP / TP / pipeline snippets of the order of seed 000's
-    drill mode (53 / 63 / 51 / 58, trivia included): ideas only, a third of them or more?"""
+    drill mode (53 / 63 / 51 / 58), never above it by much? Theirs count trivia (names,
+    literals); ours count ideas the hidden test sees, so they are lower where a test sees
+    little (ddp_train: 9 of its 19 ideas; TP's snippets are three short functions)."""
     for names, theirs in SEED_COUNTS.items():
         names = names if isinstance(names, tuple) else (names,)
         ours = sum(len(positions.maskable(snippets.get(n).source, n)) for n in names)
-        assert theirs / 4 <= ours <= theirs * 1.5, (names, ours, theirs)
+        assert 8 <= ours <= theirs * 1.5, (names, ours, theirs)
+
+
+def test_the_verdicts_are_current():
+    """Has every candidate position of every snippet a verdict computed against its line as it
+    is now and its hidden test as it is now? Else run `tests/test_drills.py verdicts`."""
+    missing = {name: len(stale(snippets.get(name))) for name in DRILLED}
+    assert {n: k for n, k in missing.items() if k} == {}, \
+        "stale drill verdicts: run .venv/bin/python tests/test_drills.py verdicts"
+
+
+@pytest.mark.parametrize(("name", "text"), [("ddp_train", "model.train()"),
+                                            ("ddp_train", "check_params_in_sync(model)"),
+                                            ("ring_allreduce", "(i - step) % N")])
+def test_spans_the_hidden_test_cannot_see_are_not_drilled(name, text):
+    """Is a position whose mutants pass the hidden test (model.eval() for model.train(), pass
+    for the sync check) a candidate that is never masked?"""
+    source = snippets.get(name).source
+    assert text in [p.text for p in positions.candidates(source)]
+    assert text not in [p.text for p in positions.maskable(source, name)]
 
 
 def test_no_snippet_cites_the_seed_documents():
@@ -208,7 +229,7 @@ def test_the_same_seed_and_history_give_the_same_blanks():
 def test_missed_positions_come_back_unless_history_is_ignored():
     """Is a position missed often masked more often, and does --ignore-history ignore that?"""
     snippet, found, _ = drills.draw("ring_allreduce", 1, seed=0)
-    weak = next(p for p in found if p.text == "(i - step) % N")
+    weak = next(p for p in found if p.text == "(i - step + 1) % N")
     for _ in range(10):
         history.record("ring_allreduce", {weak.key: False})
     seeds = range(40)
@@ -248,8 +269,8 @@ def test_an_equivalent_answer_passes_the_hidden_test_and_a_wrong_one_does_not(ch
     """Is `(1 + i) % N` accepted for `(i + 1) % N` by running, and a wrong index rejected,
     each blank with its own verdict?"""
     snippet, right = blank_of("ring_allreduce", "(i + 1) % N")
-    _, chunk = blank_of("ring_allreduce", "(i - step) % N")
-    good, bad = checker.check(snippet, [right, chunk], ["(1 + i) % N", "(i - step + 1) % N"])
+    _, chunk = blank_of("ring_allreduce", "(i - step + 1) % N")
+    good, bad = checker.check(snippet, [right, chunk], ["(1 + i) % N", "(i - step + 2) % N"])
     assert good.right and good.why == "ran the hidden test: passes"
     assert bad.status == check.WRONG and bad.why.startswith("ran the hidden test: ")
     both, = checker.check(snippet, [right], ["(i + 2) % N"])
@@ -259,13 +280,13 @@ def test_an_equivalent_answer_passes_the_hidden_test_and_a_wrong_one_does_not(ch
 def test_bad_answers_get_a_clear_verdict_and_keep_the_others(checker):
     """Do an empty answer and one that is not Python say so, without losing the others?"""
     snippet, right = blank_of("ring_allreduce", "(i + 1) % N")
-    _, chunk = blank_of("ring_allreduce", "(i - step) % N")
+    _, chunk = blank_of("ring_allreduce", "(i - step + 1) % N")
     _, size = blank_of("ring_allreduce", "length // N")
     empty, broken, fine = checker.check(snippet, [right, chunk, size],
-                                        ["  ", "(i - step", "length//N"])
+                                        ["  ", "(i - step + 1", "length//N"])
     assert (empty.status, empty.why) == (check.EMPTY, "not filled")
     assert broken.status == check.INVALID and "not valid Python here" in broken.why
-    assert broken.answer == "(i - step" and fine.right
+    assert broken.answer == "(i - step + 1" and fine.right
 
 
 def test_without_the_grading_side_answers_are_checked_by_text_only():
