@@ -112,11 +112,11 @@ def main(quiet: bool = False) -> list[dict]:
     rows += _server_rows()
     if not quiet:
         print(f"drills (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
-        print(f"{'what':<36} | {'time':>9} | {'target':>7} | {'baseline':>9} | {'ratio':>5}")
+        print(f"{'what':<48} | {'time':>9} | {'target':>7} | {'baseline':>9} | {'ratio':>5}")
         for row in rows:
             target = f"{row['target_s'] * 1e3:5.0f}ms" if row.get("target_s") else "-"
             base = row.get("baseline_s")
-            print(f"{row['what']:<36} | {row['time_s'] * 1e3:7.1f}ms | {target:>7} | "
+            print(f"{row['what']:<48} | {row['time_s'] * 1e3:7.1f}ms | {target:>7} | "
                   + (f"{base * 1e3:7.1f}ms | {row['time_s'] / base:5.2f}" if base else
                      f"{'-':>9} | {'-':>5}"))
         print("baseline: the reference through the same hidden test in this process, no runner; "
