@@ -156,7 +156,7 @@ def test_reference_passes_its_hidden_test_on_real_ranks(name, capfd):
 def test_every_learner_function_has_a_hidden_test_and_points_equal_blanks():
     """Is every solution cell graded by a test cell worth one point per blank?"""
     assert sorted(nb.graded_units()) == sorted(SIMULATED + REAL_RANKS)
-    assert len(reference.locate("gpipe_table")[2]) == 4  # the course notes' five blanks, the count now given
+    assert len(reference.locate("gpipe_table")[2]) == 4  # five blanks once; the count given
 
 
 # ---------------------------------------------------------------- wrong blanks fail

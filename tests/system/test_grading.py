@@ -24,7 +24,8 @@ WRONG = {
     "01_collectives": ("ring_allreduce", 2, lambda answer: f"({answer}) + 1"),
     "02_cost_models": ("allreduce_time_ring", 1, lambda answer: "n - 1"),
     "03_data_parallel": ("sync_sgd_step", 2, lambda answer: "p.grad /= 2 * world_size"),
-    "04_tensor_parallel": ("column_parallel_forward", 1, lambda answer: "weight[:, start:end]"),
+    "04_tensor_parallel": ("column_parallel_forward", 2,
+                           lambda answer: "dist.all_reduce(y_shard)"),
     "05_pipeline_parallel": ("one_f_one_b_order", 1, lambda answer: "min(S - s, M)"),
     "06_zero": ("model_state_bytes", 1,
                 lambda answer: "(stage >= 2, stage >= 2, stage >= 1)"),
@@ -212,7 +213,13 @@ def test_nbgrader_cli_grades_like_make_grade(grading, graded):
     assert score == float(graded[0][assignment]["solved"]["score"])
 
 
-@pytest.mark.parametrize("assignment", IDS)
+# Known and open, reported as xfail (strict): 01's ring tests are issue 31's, not written yet.
+NO_SUITE_YET = {"01_collectives": "issue 31: 01 has no shortcut suite yet"}
+
+
+@pytest.mark.parametrize("assignment", [
+    pytest.param(a, marks=pytest.mark.xfail(reason=NO_SUITE_YET[a], strict=True))
+    if a in NO_SUITE_YET else a for a in IDS])
 def test_a_shortcut_loses_points_and_the_feedback_names_the_idea(graded, assignment):
     """Does each function that holds a shortcut (tests/shortcuts/) earn less than full marks
     under make grade, while the functions graded beside it keep theirs, and does the feedback
