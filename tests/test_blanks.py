@@ -69,10 +69,16 @@ def test_in_a_notebook_an_unfilled_blank_shows_its_message_alone():
     from nbclient import NotebookClient
 
     cells = ["from distlab import _____\ndef f(x):\n    return _____ + x  # [1] a hint\n",
-             "f(1)"]
+             "f(1)",
+             # a blank that is a whole statement is a bare name Python would step over
+             "def g(x):\n    y = [x]\n    _____  # [2] send it\n    return y\n",
+             "g(1)"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=120).execute()
     [error] = nb.cells[1].outputs
     shown = "\n".join(error["traceback"])
     assert error["ename"] == "BlankNotFilled" and "blank [1] (line 3)" in shown
     assert len(shown.splitlines()) <= 3 and "distlab" not in shown and "File" not in shown
+    [error] = nb.cells[3].outputs
+    assert error["ename"] == "BlankNotFilled", error
+    assert "blank [2] (line 3)" in "\n".join(error["traceback"])

@@ -2,7 +2,7 @@
 
 import builtins
 
-from distlab.blanks import BlankNotFilled, _____, require_filled
+from distlab.blanks import BlankNotFilled, CallStatementBlanks, _____, require_filled
 from distlab.launch import DeadlockError, RankError, device, run, shutdown
 
 __all__ = ["_____", "BlankNotFilled", "require_filled",
@@ -32,6 +32,8 @@ def _in_ipython() -> None:
         return stb
 
     shell.set_custom_exc((BlankNotFilled, RankError, DeadlockError), brief)
+    if not any(isinstance(t, CallStatementBlanks) for t in shell.ast_transformers):
+        shell.ast_transformers.append(CallStatementBlanks())
 
     from distlab import notices
 

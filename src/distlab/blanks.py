@@ -46,6 +46,19 @@ class _Blank:
 _____ = _Blank()
 
 
+class CallStatementBlanks(ast.NodeTransformer):
+    """A blank that is a whole statement (`_____  # [2] ...`) is a bare name: Python evaluates it
+    and moves on, so an empty one would pass silently and fail later as a wrong number. In a
+    notebook (an IPython AST transformer, installed by `import distlab`) it becomes `_____()`,
+    which raises `BlankNotFilled` naming it, on whatever rank it runs."""
+
+    def visit_Expr(self, node):
+        if isinstance(node.value, ast.Name) and node.value.id == BLANK:
+            call = ast.copy_location(ast.Call(func=node.value, args=[], keywords=[]), node.value)
+            return ast.copy_location(ast.Expr(call), node)
+        return node
+
+
 def _learner_frame(frame):
     """The frame of the function the learner wrote: a comprehension or generator expression
     runs in a frame of its own (`<listcomp>`), named after nothing the learner sees."""
