@@ -439,7 +439,7 @@ def fit_alpha_beta(nbytes, seconds, n):
     M = np.asarray(nbytes, dtype=float)
     t = np.asarray(seconds, dtype=float)
     A = np.column_stack([
-        np.full_like(M, 2 * (n - 1)),  # BLANK `np.full_like(M, 2 * (n - 1))` what multiplies alpha, in every row # ACCEPT `np.ones_like(M) * (2 * n - 2)` # REJECT `np.ones_like(M)` `np.full_like(M, n - 1)`
+        np.full_like(M, 2 * (n - 1)),  # BLANK `np.full_like(M, 2 * (n - 1))` what multiplies alpha, in every row # ACCEPT `np.ones_like(M) * (2 * n - 2)` `np.full_like(t, 2 * (n - 1))` # REJECT `np.ones_like(M)` `np.full_like(M, n - 1)`
         2 * (n - 1) / n * M,  # BLANK `2 * (n - 1) / n * M` what multiplies beta, for each size # ACCEPT `M * 2 * (n - 1) / n` # REJECT `M` `M / n`
     ])
     weight = 1 / t  # relative errors: divide every equation by its measured time
