@@ -99,6 +99,7 @@ WRONG = [
     ("pipelining_step", 2, "()"),
     ("pipelining_step", 3, '{"target": y, "losses": losses} if rank == 0 else {}'),
     ("pipelining_step", 3, "{}"),
+    ("pipelining_step", 3, '{"target": y, "losses": losses}'),  # targets where no loss is
 ]
 
 # Correct answers written differently: they must pass.

@@ -487,15 +487,46 @@ def run_stage(fn, rng):
 # ---------------------------------------------------------------- real ranks: torch pipelining
 
 
+def _recording_steps(fn, steps: list):
+    """fn, but with schedules whose `step` appends to `steps` what it was given: (how many
+    positional arguments, {keyword: whether it is not None}). The learner's own function keeps
+    its code; only the schedule classes it names are wrapped."""
+    import types
+
+    globs = getattr(fn, "__globals__", None)
+    if not isinstance(fn, types.FunctionType) or globs is None:
+        return fn
+
+    def recording(base):
+        class Recorded(base):
+            def step(self, *args, **kwargs):
+                steps.append((len(args), {k: v is not None for k, v in kwargs.items()}))
+                return super().step(*args, **kwargs)
+
+        Recorded.__name__, Recorded.__qualname__ = base.__name__, base.__qualname__
+        return Recorded
+
+    names = {name: recording(globs[name]) for name in ("ScheduleGPipe", "Schedule1F1B")
+             if isinstance(globs.get(name), type)}
+    patched = types.FunctionType(fn.__code__, {**globs, **names}, fn.__name__,
+                                 fn.__defaults__, fn.__closure__)
+    patched.__kwdefaults__ = fn.__kwdefaults__
+    return patched
+
+
 def _pipelining_harness(rank, world_size, fn, cases):
     """Each case (schedule, M, seed): the learner's pipelining_step on this rank's stage of
-    the model. Returns ("ok", (losses, gradients)) or (kind, text) per case."""
+    the model. Returns ("ok", (losses, gradients, what step was given)) or (kind, text) per
+    case."""
     results = []
+    steps = []
+    fn = _recording_steps(fn, steps)
     with short_group(rank, world_size):
         try:
             for schedule, M, seed in cases:
                 part = _stage_model(seed, world_size)[rank]
                 x, y = _stage_batch(seed, M)
+                steps.clear()
                 try:
                     out = fn(rank, world_size, part, schedule, x, y, M)
                 except Exception as err:  # noqa: BLE001 - reported as the case's failure
@@ -506,10 +537,25 @@ def _pipelining_harness(rank, world_size, fn, cases):
                     break
                 grads = [None if p.grad is None else p.grad.detach().clone()
                          for p in part.parameters()]
-                results.append(("ok", (out, grads)))
+                results.append(("ok", (out, grads, list(steps))))
         except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
             results.append(rank_failure(err, "broken"))
     return results
+
+
+def _check_step_inputs(steps, rank: int, S: int, where: str):
+    """Each rank gives step what its stage needs: the batch on the first, the targets and the
+    loss list on the last, nothing in between."""
+    for positional, keywords in steps:
+        if rank == 0 and positional == 0 and not keywords:
+            raise AssertionError(f"{where}: rank 0 gave step no input: the first stage is the "
+                                 "one that feeds the batch into the pipeline")
+        if rank > 0 and positional:
+            raise AssertionError(f"{where}: rank {rank} gave step the batch: only the first "
+                                 "stage reads it; the others receive activations")
+        if rank < S - 1 and keywords.get("target"):
+            raise AssertionError(f"{where}: rank {rank} gave step the targets: only the last "
+                                 "stage computes the loss, so only it needs them")
 
 
 @exercise
@@ -535,7 +581,8 @@ def pipelining_step(fn, rng):
             with torch.no_grad():
                 losses = [F.mse_loss(model(xs), ys).item()
                           for xs, ys in zip(x.tensor_split(M), y.tensor_split(M), strict=True)]
-            for rank, (_, (out, grads)) in enumerate(entries):
+            for rank, (_, (out, grads, steps)) in enumerate(entries):
+                _check_step_inputs(steps, rank, S, where)
                 if rank == S - 1:
                     check_close(out, losses, f"{where}, rank {rank}", "the losses", rtol=1e-5,
                                 atol=1e-6)
