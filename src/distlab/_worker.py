@@ -132,15 +132,20 @@ class Rank:
             if message[0] == "where":
                 self.reply("where", message[1], self.rank, self.where())
             else:
-                self.calls.put(message)
+                self.calls.put(list(message))
+            message = None  # a call's bytes live only until run() has read them (see there)
 
     def serve(self) -> None:
         threading.Thread(target=self.listen, daemon=True).start()
         while True:
-            _, call_id, header, payload = self.calls.get()
-            self.reply(*self.run(call_id, header, payload))
+            call = self.calls.get()  # [kind, call_id, header, payload]
+            self.reply(*self.run(call))
 
-    def run(self, call_id, header: dict, payload: bytes) -> tuple:
+    def run(self, call: list) -> tuple:
+        # The payload is popped, not bound: once unpickled no frame holds its bytes, so what
+        # fn is given is all it can find (a graded harness hands each rank only its input).
+        _, call_id, header = call[:3]
+        payload = call.pop()
         sys.path[:0] = [p for p in header["sys_path"] if p not in sys.path]
         with contextlib.suppress(OSError):
             os.chdir(header["cwd"])
@@ -150,6 +155,7 @@ class Rank:
         try:
             with contextlib.redirect_stdout(self.out), tracing:
                 fn, args = cloudpickle.loads(payload)
+                del payload
                 self.fn_file = getattr(getattr(fn, "__code__", None), "co_filename", None)
                 self.prepare_group(header)
                 result = fn(self.rank, self.world_size, *args)
