@@ -131,14 +131,7 @@ def test_the_shape_reason_is_not_an_answer_for_the_strength_check():
     assert answer_lists(line, 1) == [((), ("g(a)",))]
 
 
-# Known and open, reported as xfail (strict: it fails the suite once it passes, so the mark
-# goes): issue 31 rewrites 01's ring blanks (the chunk-index rule asked five times).
-NOT_YET = {"01_collectives": "issue 31: 01's chunk-index blanks are not rewritten yet"}
-
-
-@pytest.mark.parametrize("assignment", [
-    pytest.param(a, marks=pytest.mark.xfail(reason=NOT_YET[a], strict=True)) if a in NOT_YET
-    else a for a in solved.assignment_ids()])
+@pytest.mark.parametrize("assignment", solved.assignment_ids())
 def test_no_notebook_gives_a_blank_away(assignment):
     """Does every notebook of the course pass the give-away check?"""
     report = giveaway.check_assignment(assignment)

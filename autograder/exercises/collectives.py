@@ -5,9 +5,12 @@ compared here, never on the ranks, where under the judge the learner's code runs
 The real-rank tests run a harness of this module on the ranks (importable there, so it travels
 by reference; the learner's function travels by value as its argument). The harness makes its
 own process group with a short timeout, so a ring that hangs fails one case in seconds and says
-which, instead of stalling the whole grade. Around the learner's ring it counts calls of the
-library collectives (dist.all_reduce, ...): a ring that hands its work to one fails, since that
-is the algorithm the exercise teaches; around hello_allreduce it counts barriers.
+which, instead of stalling the whole grade. Around the learner's ring the shared recorder
+(checks.recording) sees every collective and point-to-point call however it is reached: a ring
+that hands its work to a library collective fails, and so does one whose messages are not a
+ring's (2(N-1) chunks each way per rank, every send waited for); each rank gets only its own
+tensor. The simulated ring is checked step by step (its trace), not only at the end. Around
+hello_allreduce the harness counts barriers.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from autograder.exercises.checks import case as _case
 from autograder.exercises.checks import (
     check_rows,
     check_tensor,
+    describe,
     first_rank_failure,
     fmt,
     ints,
     on_ranks,
     rank_failure,
+    recording,
     short_group,
 )
 
@@ -55,8 +60,59 @@ def _with_oracle_bounds(fn):
 # ---------------------------------------------------------------- simulated collectives
 
 
+def _ring_states(grads: list, n: int) -> list:
+    """What every GPU holds after each step of the ring (the notebook's schedule: GPU i sends
+    chunk i - step in the scatter-reduce, i - step + 1 in the all-gather, to GPU i + 1), as
+    states[s][i][j]: GPU i's chunk j, a float array."""
+    size = len(grads[0]) // n
+    chunks = [[np.asarray(g[j * size:(j + 1) * size], float) for j in range(n)] for g in grads]
+    states = []
+    for phase, shift in (("reduce", 0), ("gather", 1)):
+        for step in range(n - 1):
+            sends = [(i, (i - step + shift) % n, chunks[i][(i - step + shift) % n].copy())
+                     for i in range(n)]
+            for i, j, chunk in sends:
+                dst = (i + 1) % n
+                chunks[dst][j] = chunks[dst][j] + chunk if phase == "reduce" else chunk
+            states.append([[c.copy() for c in gpu] for gpu in chunks])
+    return states
+
+
+def _check_ring_steps(fn, rng) -> None:
+    """The ring's state after every step, not only its end: a sum computed in one go (from the
+    input every GPU can see here) reaches the right end without a single ring step."""
+    for n in (2, 3, 4, 5):
+        size = int(rng.integers(1, 3))
+        grads = ints(rng, (n, n * size))
+        case = _case(n, "sum", grads=grads if n * size <= 8 else f"<{n}x{n * size} random>")
+        out = fn(copy.deepcopy(grads), op="sum", trace=True)
+        try:
+            _, states = out
+            states = [[[np.asarray(c, float) for c in gpu] for gpu in state] for state in states]
+        except (TypeError, ValueError):
+            raise AssertionError(f"{case}: with trace=True expected (result, states), got "
+                                 f"{out!r}") from None
+        expected = _ring_states(grads, n)
+        if len(states) != len(expected):
+            raise AssertionError(f"{case}: the trace has {len(states)} steps, a ring of {n} "
+                                 f"GPUs takes 2(N-1) = {len(expected)}")
+        for s, (got, want) in enumerate(zip(states, expected, strict=True)):
+            phase = (f"scatter-reduce step {s}" if s < n - 1
+                     else f"all-gather step {s - (n - 1)}")
+            for i in range(n):
+                for j in range(n):
+                    if got[i][j].shape != want[i][j].shape or not np.allclose(got[i][j],
+                                                                            want[i][j]):
+                        raise AssertionError(
+                            f"{case}: after {phase}, GPU {i}'s chunk {j} holds "
+                            f"{fmt(got[i][j])}, but one ring step at a time gives "
+                            f"{fmt(want[i][j])}: each step, each GPU adds (or copies) only the "
+                            "one chunk its left neighbour sent")
+
+
 @exercise
 def ring_allreduce(fn, rng):
+    _check_ring_steps(fn, rng)
     for n in range(1, 9):
         for op in ("sum", "mean"):
             length = n * int(rng.integers(0 if n > 1 else 1, 4))
@@ -203,13 +259,6 @@ def alltoall(fn, rng):
 
 
 BARRIERS = ("barrier", "monitored_barrier")  # either one makes every rank wait for the others
-# The library collectives a hand-built ring replaces (by the names a learner can call them).
-LIBRARY_COLLECTIVES = ("all_reduce", "all_reduce_coalesced", "reduce", "reduce_scatter",
-                       "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
-                       "all_gather_coalesced", "broadcast", "all_to_all", "all_to_all_single",
-                       "gather", "scatter", "all_gather_object", "broadcast_object_list")
-
-
 @contextlib.contextmanager
 def _counting(names: tuple[str, ...]):
     """Count calls of torch.distributed's `names` on this rank (as `dist.x` or through
@@ -268,31 +317,71 @@ def hello_allreduce(fn, rng):
                                      "group still open")
 
 
+class _WatchedRequest:
+    """A request of dist.isend that remembers whether anyone waited for it."""
+
+    def __init__(self, request):
+        self._request, self.waited = request, False
+
+    def wait(self, *args, **kwargs):
+        self.waited = True
+        return self._request.wait(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._request, name)
+
+
+@contextlib.contextmanager
+def _watching_isends():
+    """dist.isend (as `dist.isend` or through `distributed_c10d`) hands out watched requests.
+    Yields the list of them."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    requests, real = [], c10d.isend
+
+    def isend(*args, **kwargs):
+        request = _WatchedRequest(real(*args, **kwargs))
+        requests.append(request)
+        return request
+
+    dist.isend = c10d.isend = isend
+    try:
+        yield requests
+    finally:
+        dist.isend = c10d.isend = real
+
+
 def _p2p_harness(rank, world_size, fn, cases):
-    """Each case: the learner's ring on this rank's tensor. Returns, per case, ("ok", output)
-    or (kind, text) with kind "raised" (fn raised), "stuck" (a wait timed out), "broken" (the
-    group failed after another rank's error) or "library" (fn called a library collective);
-    stops at the first failure. The expected values are computed by the test, outside the
-    ranks: under the judge these run in the sandbox, next to the learner's code, so nothing
-    decided here can be trusted."""
+    """Each case: the learner's ring on this rank's tensor, recorded (every collective or
+    point-to-point call, however reached, with its bytes and peer; whether each isend was
+    waited for). Returns, per case, ("ok", {"out", "calls", "unwaited"}) or (kind, text) as in
+    checks.rank_failure; stops at the first failure. This rank keeps only its own tensors:
+    the others' are dropped before the learner's code runs, so a blank cannot sum them from
+    a caller's frame. Nothing is judged here: under the judge this runs in the sandbox, next
+    to the learner's code."""
     import torch
 
+    mine = [(tensors[rank], op) for tensors, op in cases]
+    cases.clear()  # the other ranks' inputs, gone from every frame
     results = []
     with short_group(rank, world_size):
         try:
-            for tensors, op in cases:
-                with _counting(LIBRARY_COLLECTIVES) as called:
-                    try:
-                        out = fn(rank, world_size, tensors[rank].clone(), op=op)
-                    except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                        results.append(rank_failure(err, "raised"))
-                        break
-                if called:
-                    results.append(("library", f"called dist.{called[0]}"))
+            for tensor, op in mine:
+                try:
+                    with _watching_isends() as requests, recording(flops=False, saved=False) \
+                            as rec:
+                        out = fn(rank, world_size, tensor.clone(), op=op)
+                except Exception as err:  # noqa: BLE001 - reported as the case's failure
+                    results.append(rank_failure(err, "raised"))
                     break
+                unwaited = [r for r in requests if not r.waited]
+                for request in unwaited:  # finish them here, so the next case starts clean
+                    request.wait()
                 if isinstance(out, torch.Tensor):
                     out = out.detach().clone()
-                results.append(("ok", out))
+                results.append(("ok", {"out": out, "calls": rec.summary()["calls"],
+                                       "unwaited": len(unwaited)}))
         except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
             results.append(rank_failure(err, "broken"))
     return results
@@ -335,6 +424,42 @@ def _exact_all_reduce(tensors: list, op: str):
     return (total / len(tensors) if op == "mean" else total).to(tensors[0].dtype)
 
 
+def _check_ring_messages(case: str, n: int, length: int, itemsize: int, entries: list) -> None:
+    """The ring's budget, from each rank's recorded calls: point-to-point only, 2(N-1) sends to
+    the right and 2(N-1) receives from the left, a chunk (at most ceil(L/N) elements) each,
+    2(N-1) L elements sent by all ranks together, and every started send waited for."""
+    steps, largest = 2 * (n - 1), -(-length // n) * itemsize
+    sent = 0
+    for rank, (_, got) in enumerate(entries):
+        calls = got["calls"]
+        other = [c["kind"] for c in calls if c["kind"] not in ("send", "recv")]
+        if other:
+            raise AssertionError(f"{case}: rank {rank} called a collective ({other[0]}): build "
+                                 "the ring from isend and recv; the library collective is what "
+                                 "it replaces")
+        sends = [c for c in calls if c["kind"] == "send"]
+        recvs = [c for c in calls if c["kind"] == "recv"]
+        right, left = (rank + 1) % n, (rank - 1) % n
+        if len(sends) != steps or any(c["peer"] not in (None, right) for c in sends):
+            raise AssertionError(f"{case}: rank {rank} sent {len(sends)} messages "
+                                 f"({describe({'calls': calls})}), but a ring step sends one "
+                                 f"chunk to the right neighbour (rank {right}): {steps} in all")
+        if len(recvs) != steps or any(c["peer"] not in (None, left) for c in recvs):
+            raise AssertionError(f"{case}: rank {rank} received {len(recvs)} messages, but a "
+                                 "ring step receives one chunk from the left neighbour (rank "
+                                 f"{left}): {steps} in all")
+        if any(c["bytes"] > largest for c in sends + recvs):
+            raise AssertionError(f"{case}: rank {rank} moved a message larger than a chunk "
+                                 f"({largest} B): a ring passes on 1/N of the tensor per step")
+        if got["unwaited"]:
+            raise AssertionError(f"{case}: rank {rank} started {got['unwaited']} send(s) it never "
+                                 "waited for: a step is over only when its send is")
+        sent += sum(c["bytes"] for c in sends)
+    if sent != steps * length * itemsize:
+        raise AssertionError(f"{case}: the ranks sent {sent} B together, but a ring moves each "
+                             f"element 2(N-1) times: {steps * length * itemsize} B")
+
+
 def _p2p_verdict(n: int, specs: list, cases: list, results: list) -> None:
     """Raise on the first case some rank got wrong; within a case, a rank that raised is named
     before ranks that were stuck (waiting on it) and ranks whose group broke."""
@@ -343,11 +468,8 @@ def _p2p_verdict(n: int, specs: list, cases: list, results: list) -> None:
         case = (f"world_size={n}, length={length}{short}, op={op!r}, "
                 f"dtype={str(dtype).replace('torch.', '')}")
         entries = [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
-        for rank, (kind, text) in enumerate(entries):
-            if kind == "library":
-                raise AssertionError(f"{case}: rank {rank} {text}: build the ring from isend and "
-                                     "recv; the library collective is what it replaces")
         first_rank_failure(case, entries)
+        _check_ring_messages(case, n, length, cases[index][0][0].element_size(), entries)
         expected = _exact_all_reduce(*cases[index])
-        for rank, (_, out) in enumerate(entries):
-            check_tensor(out, expected, case, rank, expected_is="the all-reduce is")
+        for rank, (_, got) in enumerate(entries):
+            check_tensor(got["out"], expected, case, rank, expected_is="the all-reduce is")

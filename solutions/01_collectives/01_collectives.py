@@ -86,11 +86,13 @@ show_ring([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]])
 # entries trains the wrong model.
 
 # %% solution="ring_allreduce" drill
-def ring_allreduce(gpu_grads, op="mean"):
+def ring_allreduce(gpu_grads, op="mean", trace=False):
     """Ring AllReduce simulated over lists.
 
     gpu_grads[i] is GPU i's gradient (a list of numbers, the same length on every GPU).
     Returns one list per GPU, each the element-wise sum (op="sum") or mean (op="mean").
+    With trace=True it returns (result, states): states[s] is what every GPU holds after step
+    s, as chunks[i][j] (the slider's right-hand picture).
     """
     N = len(gpu_grads)
     length = len(gpu_grads[0])
@@ -105,6 +107,7 @@ def ring_allreduce(gpu_grads, op="mean"):
     # chunks[i][j]: chunk j as GPU i holds it (updated in place: see above)
     chunks = [[list(grads[j * size:(j + 1) * size]) for j in range(N)] for grads in gpu_grads]
     right = [(i + 1) % N for i in range(N)]  # BLANK `(i + 1) % N` GPU i's right neighbour, round the ring
+    states = []  # for trace=True: a copy of every GPU's chunks after each step
 
     # Scatter-reduce: N-1 steps; every GPU sends one chunk right, the receiver adds it in.
     for step in range(N - 1):
@@ -113,6 +116,7 @@ def ring_allreduce(gpu_grads, op="mean"):
             send_chunk_idx = (i - step) % N  # BLANK chunk i first, then the chunk that arrived in the step before # ACCEPT `i - step`
             for k in range(size):
                 chunks[recv_gpu][send_chunk_idx][k] = chunks[recv_gpu][send_chunk_idx][k] + chunks[i][send_chunk_idx][k]  # BLANK what the receiver holds, and what arrives
+        states.append([[list(chunk) for chunk in gpu] for gpu in chunks])
 
     # All-gather: N-1 steps; every GPU passes a finished chunk right, the receiver overwrites.
     for step in range(N - 1):
@@ -120,11 +124,12 @@ def ring_allreduce(gpu_grads, op="mean"):
             recv_gpu = right[i]
             send_chunk_idx = (i - step + 1) % N  # BLANK first the chunk GPU i finished, then the chunk that arrived in the step before
             chunks[recv_gpu][send_chunk_idx] = list(chunks[i][send_chunk_idx])  # BLANK the receiver's copy is replaced by the sender's # ACCEPT `chunks[i][send_chunk_idx]` `chunks[i][send_chunk_idx][:]` # REJECT `[a + b for a, b in zip(chunks[recv_gpu][send_chunk_idx], chunks[i][send_chunk_idx])]`
+        states.append([[list(chunk) for chunk in gpu] for gpu in chunks])
 
     result = [[value for chunk in gpu_chunks for value in chunk] for gpu_chunks in chunks]
     if op == "mean":
         result = [[value / N for value in grads] for grads in result]
-    return result
+    return (result, states) if trace else result
 
 
 # %%
@@ -140,7 +145,13 @@ for i, grads in enumerate(result):
     assert grads == [7.0, 8.0, 9.0, 10.0], f"GPU {i} holds {grads}, expected the mean"
 assert ring_allreduce(gpu_grads, op="sum") == [[28, 32, 36, 40]] * 4, "the sum is wrong"
 assert gpu_grads[0] == [1, 2, 3, 4], "ring_allreduce must not change its input"
-print("✓ every GPU holds the same mean (and the same sum): ring_allreduce works")
+# The right end is not enough: every step must be a ring step. After step 0 (the slider's
+# first picture) GPU 1's chunk 0 holds GPU 0's and its own contributions, nothing more.
+_, states = ring_allreduce(gpu_grads, op="sum", trace=True)
+assert len(states) == 6, f"4 GPUs take 2 x 3 steps, the trace has {len(states)}"
+assert states[0][1][0] == [1 + 5], f"after step 0 GPU 1's chunk 0 is {states[0][1][0]}, expected [6]"
+assert states[2][0][1] == [2 + 6 + 10 + 14], "after step 2 GPU 0 must have finished chunk 1"
+print("✓ every GPU holds the same mean (and the same sum), step by step: ring_allreduce works")
 
 # %% tests="ring_allreduce_tests" points=5
 # Hidden tests (5 points): world sizes 1-8, random values, sum and mean.
@@ -279,7 +290,8 @@ grade(ring_allreduce_uneven)
 #
 # Rank $r$ starts with its shard $r$. At each of $N-1$ steps every rank forwards to its right
 # neighbour the shard it got most recently (at step 0: its own), and files what arrives from
-# its left neighbour in the right slot. `slots[r][c]` is rank $r$'s copy of shard $c$.
+# its left neighbour in the right slot. `slots[r][c]` is rank $r$'s copy of shard $c$. No
+# chunk arithmetic this time: a rank only remembers which shard it got last.
 
 # %% solution="ring_allgather" drill
 def ring_allgather(shards):
@@ -289,11 +301,12 @@ def ring_allgather(shards):
     slots = [[None] * N for _ in range(N)]  # slots[r][c]: rank r's copy of shard c
     for r in range(N):
         slots[r][r] = list(shards[r])
+    latest = list(range(N))  # latest[r]: the shard rank r got most recently (at first, its own)
     for step in range(N - 1):
-        sent = [slots[r][(r - step) % N] for r in range(N)]  # BLANK `(r - step) % N` which shard does rank r forward in this step? # ACCEPT `r - step`
+        arriving = [latest[(r - 1) % N] for r in range(N)]  # BLANK `latest[(r - 1) % N]` which shard reaches rank r in this step? # ACCEPT `latest[r - 1]`
         for r in range(N):
-            left = (r - 1) % N
-            slots[r][(r - step - 1) % N] = list(sent[left])  # BLANK `(r - step - 1) % N` which shard is it? # ACCEPT `r - step - 1` `(left - step) % N` `left - step`
+            slots[r][arriving[r]] = list(slots[(r - 1) % N][arriving[r]])
+        latest = arriving
     return [[value for shard in slots[r] for value in shard] for r in range(N)]
 
 
@@ -306,11 +319,12 @@ for r, full in enumerate(gathered):
 assert ring_allgather([[7.0]]) == [[7.0]], "one rank: nothing to send"
 print("✓ every rank gathered every shard, in rank order")
 
-# %% tests="ring_allgather_tests" points=2
-# Hidden tests (2 points): world sizes 1-8, shards of random (also empty) lengths.
+# %% tests="ring_allgather_tests" points=1
+# Hidden tests (1 point): world sizes 1-8, shards of random (also empty) lengths.
 ### BEGIN HIDDEN TESTS
 # For instructors, from seed 003 §2: the seed's "node r holds the data of rank r - step"
-# comment was the answer; the sender (`left`) is given, not asked a third time.
+# comment was the answer. The shard index rule is asked in sections 1 and 2; here the ring is
+# written as forwarding what arrived last (`latest`), so the blank is the forwarding itself.
 from autograder.grade_cell import grade
 grade(ring_allgather)
 ### END HIDDEN TESTS
@@ -333,10 +347,11 @@ def ring_reduce_scatter(vectors, op="sum"):
     bounds = chunk_bounds(len(vectors[0]), N)
     data = [list(vector) for vector in vectors]
     for step in range(N - 1):
-        sent = [data[r][slice(*bounds[(r - step - 1) % N])] for r in range(N)]  # BLANK `(r - step - 1) % N` which chunk must start here to finish on its owner? (then: what arrived) # ACCEPT `r - step - 1`
+        sending = [(r - step - 1) % N for r in range(N)]  # BLANK `(r - step - 1) % N` which chunk must rank r send first to finish it on its owner? (then: what arrived) # ACCEPT `r - step - 1`
+        sent = [data[r][slice(*bounds[sending[r]])] for r in range(N)]  # all send at once
         for r in range(N):
             left = (r - 1) % N
-            lo, hi = bounds[(r - step - 2) % N]  # BLANK `(r - step - 2) % N` which chunk does rank left send in this step? # ACCEPT `r - step - 2` `(left - step - 1) % N` `left - step - 1`
+            lo, hi = bounds[sending[left]]  # the chunk rank left sent
             data[r][lo:hi] = [mine + theirs for mine, theirs in zip(data[r][lo:hi], sent[left])]
     shards = [data[r][slice(*bounds[r])] for r in range(N)]  # BLANK `bounds[r]` which part of its buffer does rank r keep?
     if op == "mean":
@@ -353,12 +368,12 @@ assert shards == [[111, 222], [333, 444], [555]], f"got {shards}"
 assert ring_allgather(shards) == ring_allreduce_uneven(vectors, op="sum")
 print("✓ rank r holds chunk r of the sum, and all-gathering the shards gives the all-reduce")
 
-# %% tests="ring_reduce_scatter_tests" points=3
-# Hidden tests (3 points): world sizes 1-8, lengths 0-3N, sum and mean.
+# %% tests="ring_reduce_scatter_tests" points=2
+# Hidden tests (2 points): world sizes 1-8, lengths 0-3N, sum and mean.
 ### BEGIN HIDDEN TESTS
 # For instructors, from seed 003 §3: the seed keeps chunk r on rank r with the all-reduce's
 # unshifted schedule, which leaves rank r with chunk r+1 complete; here the shift is the blank.
-# Its neighbour (`left`) is given, not asked again.
+# Its neighbour (`left`) is given, and the receiver takes the chunk `left` sent, by name.
 from autograder.grade_cell import grade
 grade(ring_reduce_scatter)
 ### END HIDDEN TESTS
@@ -382,12 +397,22 @@ show_tree(10)
 #
 # **Two trees, two counts.** The binary tree drawn here needs a rank that can send to two
 # children *at once*. If a rank can send only one message per step (one link, or all its
-# bandwidth to one peer), the binary tree takes two steps per level, $2\lfloor \log_2 N \rfloor$
-# in all. The **binomial tree** is built for that case: in every step each rank that has the
-# data sends it to one rank that has not, so the number of ranks with the data doubles per
-# step, and $\lceil \log_2 N \rceil$ steps suffice (4 for 10 ranks; the binary tree above needs
-# 3 steps of two sends). Both exist because hardware differs in how many messages a node can
-# send at full speed at once.
+# bandwidth to one peer), its second child waits a step: a full tree ($N = 2^L - 1$ ranks)
+# then takes $2\lfloor \log_2 N \rfloor$ steps, and a tree whose last level is partly filled
+# a little less (10 ranks: 4 steps, 8 ranks: 4). The **binomial tree** is built for one send
+# per step: in every step each rank that has the data sends it to one rank that has not, so the
+# number of ranks with the data doubles per step, and $\lceil \log_2 N \rceil$ steps suffice
+# (4 for 10 ranks, 3 for 8), the fewest possible.
+#
+# So why would a library ever use a binary tree? Because messages are large. The binomial
+# tree's root sends the whole message $\lceil \log_2 N \rceil$ times, one child after another.
+# In a binary tree no rank has more than two children, so the message can be cut into small
+# pieces and **pipelined**: a rank forwards piece $k$ to its children while piece $k+1$
+# arrives from its parent, and for a large message the time approaches that of sending it about
+# twice, whatever $N$. NCCL's tree algorithm goes one step further with a **double binary
+# tree** (Sanders, Speck & Träff, 2009): two binary trees, each carrying half the data, built so
+# that a rank that is a leaf in one is an inner node in the other, which spreads the sending
+# evenly over the ranks.
 
 # %% solution="tree_broadcast"
 def tree_broadcast(data, num_nodes):
@@ -458,10 +483,10 @@ def alltoall(blocks):
     for k in range(1, N):
         wire = {}  # (sender, receiver) -> block: the messages of round k
         for r in range(N):
-            dst = (r + k) % N  # round k: k places to the right
-            wire[r, dst] = blocks[r][dst]  # BLANK which of rank r's blocks is meant for dst?
+            dst = (r + k) % N  # BLANK `(r + k) % N` whom does rank r send to in round k? # ACCEPT `(k + r) % N`
+            wire[r, dst] = blocks[r][dst]
         for r in range(N):
-            src = (r - k) % N  # BLANK who sent rank r a block in this round?
+            src = (r - k) % N  # the rank k places to the left
             received[r][src] = list(wire[src, r])
     return received
 
@@ -474,13 +499,13 @@ for c in range(3):
 assert received == [[blocks[r][c] for r in range(3)] for c in range(3)], received
 print("✓ received is the transpose of blocks")
 
-# %% tests="alltoall_tests" points=2
-# Hidden tests (2 points): world sizes 1-8, blocks of random (also empty) lengths.
+# %% tests="alltoall_tests" points=1
+# Hidden tests (1 point): world sizes 1-8, blocks of random (also empty) lengths.
 ### BEGIN HIDDEN TESTS
 # For instructors, from seed 003 §5: the seed's direct transpose and its unfinished ring
-# version become the shift schedule above. Asking for the schedule itself taught nothing
-# testable (`(r - k) % N` is as valid as `(r + k) % N`); the sender `dst` is given, and the
-# blank is the receiver's side, which a wrong answer cannot pass (no message is on the wire).
+# version become the shift schedule above. Either direction is a valid schedule, so the
+# receiver's side is given and the blank is the sender's: a wrong `dst` leaves the block the
+# receiver looks for off the wire.
 from autograder.grade_cell import grade
 grade(alltoall)
 ### END HIDDEN TESTS
@@ -520,8 +545,8 @@ grade(alltoall)
 # address is already in the environment.
 #
 # `dist.all_reduce(t, op=...)` replaces `t` on every rank by the reduction of every rank's
-# `t`; `op` is one of `dist.ReduceOp.SUM`, `dist.ReduceOp.PRODUCT`, `dist.ReduceOp.MIN`,
-# `dist.ReduceOp.MAX` (and `dist.ReduceOp.AVG`, on NCCL only). Each rank starts with the
+# `t`; `op` is a member of the enum `dist.ReduceOp`: `SUM`, `PRODUCT`, `MIN`, `MAX` (and
+# `AVG`, on NCCL only). Each rank starts with the
 # tensor `[rank + 1]`; after the all-reduce every rank must hold $1 + 2 + 3 + 4 = 10$. A
 # **barrier** then makes every rank wait until all have reached it, so none leaves (and tears
 # down the group) while others still need it.
@@ -591,13 +616,15 @@ grade(hello_allreduce)
 #
 # * `dist.recv(buf, src=left)` blocks until a tensor from rank `left` has arrived in `buf`;
 # * `dist.send(t, dst=right)` blocks too: with gloo, until `right` has received `t`;
-# * `request = dist.isend(t, dst=right)` *starts* sending and returns at once;
-#   `request.wait()` waits for that send to finish (don't touch `t` before).
+# * `dist.isend` takes the same arguments as `dist.send` but only *starts* the send: it returns
+#   at once, with a request object, and the request's `wait()` method returns when that send
+#   has finished. Until then the tensor being sent must not change.
 #
 # In a ring every rank sends and receives in every step. If every rank's first call blocks
 # until its neighbour receives, then every rank waits for a receive that nobody has posted: a
-# **deadlock** (with gloo the ranks hang, whatever the size). A call that does not block breaks
-# the cycle.
+# **deadlock** (with gloo the ranks hang, whatever the size). So a step is three moves, in an
+# order that cannot deadlock: start the send without blocking, receive, then wait for the send
+# before the next step touches the tensor again.
 #
 # The function reduces `tensor` **in place**, like `dist.all_reduce`, and returns it.
 # `torch.tensor_split(tensor, N)` cuts it exactly like your `chunk_bounds` and returns
@@ -615,8 +642,9 @@ grade(hello_allreduce)
 # Number the steps straight through, $0, \dots, 2N-3$: scatter-reduce, then all-gather. The
 # all-gather's first step is step $N-1$, and the chunk a rank has just finished is exactly the
 # one your scatter-reduce rule of section 1 gives for step $N-1$. So one rule for the chunk a
-# rank sends, and one for the chunk that arrives, serve all $2(N-1)$ steps. What differs is
-# what becomes of an arriving chunk: in the scatter-reduce it lands in a spare buffer, `inbox`,
+# rank sends, and one for the chunk that arrives, serve all $2(N-1)$ steps: you wrote both in
+# sections 1 and 2, and they are given below. What differs is what becomes of an arriving
+# chunk: in the scatter-reduce it lands in a spare buffer, `inbox`,
 # and is added to ours; in the all-gather it replaces ours, so it is received straight into
 # place (the chunk we send in that step is another one, as in section 1). For the mean, each
 # rank divides only the chunk it finished, before the all-gather shares it: $L/N$ divisions per
@@ -638,9 +666,9 @@ def ring_allreduce_p2p(rank, world_size, tensor, op="sum"):
 
     # steps 0 .. N-2: scatter-reduce; steps N-1 .. 2N-3: all-gather
     for step in range(2 * (N - 1)):
-        outgoing = chunks[(rank - step) % N]  # BLANK `(rank - step) % N` which chunk do we pass on in this step?
-        arriving = chunks[(rank - step - 1) % N]  # BLANK `(rank - step - 1) % N` which chunk does our left neighbour send?
-        request = dist.isend(outgoing, dst=right)  # BLANK `isend` start our send: which call does not block? # REJECT `send` `irecv`
+        outgoing = chunks[(rank - step) % N]  # the chunk we pass on (section 1's rule)
+        arriving = chunks[(rank - step - 1) % N]  # the chunk our left neighbour sends (section 2's)
+        request = dist.isend(outgoing, dst=right)  # BLANK `dist.isend(outgoing, dst=right)` start passing `outgoing` on, without blocking # ACCEPT `dist.isend(outgoing, right)` `dist.isend(tensor=outgoing, dst=right)` # REJECT `dist.send(outgoing, dst=right)` `dist.irecv(outgoing, src=right)` `dist.isend(arriving, dst=right)`
         if step < N - 1:  # scatter-reduce: add what arrives to our copy
             incoming = inbox[: arriving.numel()]
             dist.recv(incoming, src=left)
@@ -649,7 +677,7 @@ def ring_allreduce_p2p(rank, world_size, tensor, op="sum"):
                 arriving.div_(N)  # finished here: divide once, before the all-gather shares it
         else:  # all-gather: a finished chunk arrives and replaces our copy
             dist.recv(arriving, src=left)  # BLANK `arriving` where does it go? # REJECT `outgoing` `incoming` `inbox` `tensor`
-        request.wait()
+        request.wait()  # BLANK `request.wait()` before the next step: what must be over? # REJECT `request.is_completed()` `dist.barrier()`
     return tensor
 
 
@@ -686,16 +714,18 @@ results = run(ring_allreduce_p2p, torch.arange(5.0), world_size=3, backend="gloo
 print("every rank:", results[0].tolist())
 assert all(torch.equal(t, 3 * torch.arange(5.0)) for t in results)
 
-# %% tests="ring_allreduce_p2p_tests" points=5
-# Hidden tests (5 points): world sizes 1 to 8, lengths also shorter than the world size, sum
-# and mean, float32 and float64. Each rank's result is compared with the sum (or mean) of all
-# ranks' tensors computed in float64, outside the ranks; and the ring must be yours: a rank
-# that calls dist.all_reduce or another collective fails the test.
+# %% tests="ring_allreduce_p2p_tests" points=4
+# Hidden tests (4 points): world sizes 1 to 8, lengths also shorter than the world size, sum
+# and mean, float32 and float64. Each rank is given only its own tensor, and its result is
+# compared with the sum (or mean) of all ranks' tensors computed in float64, outside the ranks.
+# The ring must be yours: a rank that calls any collective (however reached) fails, each rank
+# must send 2(N-1) chunks to its right neighbour and receive 2(N-1) from its left, 2(N-1)/N of
+# the tensor in all, and wait for every send it started.
 ### BEGIN HIDDEN TESTS
-# For instructors, from seed 003 §1 (its send/recv version): the neighbours are given (asked
-# twice before); the blanks are the one-rank view of the chunk schedule, the call that does not
-# block (the deadlock), the in-place add, and receiving the all-gather in place. One step count
-# for both phases, so the schedule is asked once, not twice.
+# For instructors, from seed 003 §1 (its send/recv version): the neighbours and the chunk
+# schedule are given (both asked in sections 1 and 2); the blanks are this section's ideas:
+# the send that does not block and the wait after the receive (the deadlock-free order), the
+# in-place add, and receiving the all-gather in place.
 from autograder.grade_cell import grade
 grade(ring_allreduce_p2p)
 ### END HIDDEN TESTS
@@ -707,7 +737,8 @@ grade(ring_allreduce_p2p)
 #   sends $\frac{N-1}{N}S$: less than $S$, whatever $N$ is.
 # * Uneven lengths are no reason to drop data: chunks that differ by at most one element.
 # * A binary-tree broadcast needs $\lfloor \log_2 N \rfloor$ steps when a rank sends to both
-#   children at once, a binomial tree $\lceil \log_2 N \rceil$ with one send per step;
+#   children at once, a binomial tree $\lceil \log_2 N \rceil$ with one send per step; binary
+#   trees (NCCL's double binary tree) win for large messages, which they pipeline;
 #   AlltoAll is a transpose, collision-free on a switch with the shift schedule.
 # * On real ranks the same ring is a few `isend`/`recv` calls on views of one tensor, and its
 #   answer matches `dist.all_reduce`.

@@ -213,13 +213,7 @@ def test_nbgrader_cli_grades_like_make_grade(grading, graded):
     assert score == float(graded[0][assignment]["solved"]["score"])
 
 
-# Known and open, reported as xfail (strict): 01's ring tests are issue 31's, not written yet.
-NO_SUITE_YET = {"01_collectives": "issue 31: 01 has no shortcut suite yet"}
-
-
-@pytest.mark.parametrize("assignment", [
-    pytest.param(a, marks=pytest.mark.xfail(reason=NO_SUITE_YET[a], strict=True))
-    if a in NO_SUITE_YET else a for a in IDS])
+@pytest.mark.parametrize("assignment", IDS)
 def test_a_shortcut_loses_points_and_the_feedback_names_the_idea(graded, assignment):
     """Does each function that holds a shortcut (tests/shortcuts/) earn less than full marks
     under make grade, while the functions graded beside it keep theirs, and does the feedback

@@ -57,7 +57,7 @@ run(stuck, world_size=2, timeout=None)
 
 @kind(base=SOLVED, zero=("ring_allreduce_p2p_tests",))
 def deadlock_in_function(nb):
-    """ring_allreduce_p2p starts its send with the blocking `send` (blank [3]), so every rank
+    """ring_allreduce_p2p starts its send with the blocking `send` (blank [1]), so every rank
     waits in its send for a receive that never starts, and its other blanks first receive from
     the right neighbour, which never sends. The harness's timeouts stop it: ring_allreduce_p2p
     scores 0."""
@@ -65,7 +65,7 @@ def deadlock_in_function(nb):
 import torch
 import torch.distributed as dist
 dist.recv(torch.zeros(1), src=(dist.get_rank() + 1) % dist.get_world_size())
-""", b3=lambda answer: "send", b4=lambda answer: "copy_")
+""", b1=lambda answer: "dist.send(outgoing, dst=right)", b2=lambda answer: "copy_")
 
 
 # ---- memory
