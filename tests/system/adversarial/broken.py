@@ -12,8 +12,8 @@ from adversarial.cells import replace_in
 def syntax_error(nb):
     """The solved notebook with a syntax error in ring_allreduce's cell. That cell and the
     checks that use it fail; ring_allreduce scores 0, every other exercise its points."""
-    return replace_in(nb, "ring_allreduce", 'def ring_allreduce(gpu_grads, op="mean"):',
-                      'def ring_allreduce(gpu_grads, op="mean":')
+    header = 'def ring_allreduce(gpu_grads, op="mean", trace=False):'
+    return replace_in(nb, "ring_allreduce", header, header.replace("):", ":"))
 
 
 @kind(base=NOTHING, zero=ALL)
