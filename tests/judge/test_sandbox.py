@@ -120,7 +120,8 @@ def test_does_wrap_refuse_to_hide_a_file(tmp_path):
 def test_do_the_default_hidden_folders_cover_the_answers_and_the_grading_data():
     hidden = sandbox.default_hidden()
     assert str(solved.SOLUTIONS) in hidden and str(solved.GRADING) in hidden
-    assert str(ROOT / ".git") in hidden  # every committed solution is in there too
+    assert str(sandbox.git_dir()) in hidden  # every committed solution is in there too
+    assert sandbox.git_dir().is_dir()  # also in a git worktree, where .git is a file
 
 
 def test_does_kernelspec_write_a_sandboxed_ipykernel(tmp_path):
@@ -219,7 +220,7 @@ def test_are_hidden_folders_empty_inside(uid, outside_tmp):
     os.chmod(secret / "answer.txt", 0o644)
     result = sandboxed(f"""
         import os
-        for folder in ["{secret}", "{solved.SOLUTIONS}", "{ROOT / '.git'}"]:
+        for folder in ["{secret}", "{solved.SOLUTIONS}", "{sandbox.git_dir()}"]:
             print(os.listdir(folder))
     """, uid, hidden=[str(secret), *sandbox.default_hidden()])
     assert result.stdout.split("\n")[:3] == ["[]"] * 3, result.stderr
