@@ -4,7 +4,8 @@ asked again and again), name both places, and leave alone what is fine?"""
 
 import pytest
 
-from autograder import giveaway, solved
+from autograder import giveaway
+from distlab.source import paths
 
 
 def toy(tmp_path, *cells, assignment="00_toy"):
@@ -138,7 +139,7 @@ NOT_YET = {"01_collectives": "issue 31: 01's chunk-index blanks are not rewritte
 
 @pytest.mark.parametrize("assignment", [
     pytest.param(a, marks=pytest.mark.xfail(reason=NOT_YET[a], strict=True)) if a in NOT_YET
-    else a for a in solved.assignment_ids()])
+    else a for a in paths.assignment_ids()])
 def test_no_notebook_gives_a_blank_away(assignment):
     """Does every notebook of the course pass the give-away check?"""
     report = giveaway.check_assignment(assignment)

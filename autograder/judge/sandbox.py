@@ -92,7 +92,8 @@ def git_dir() -> Path:
     """The repository's git folder: ROOT/.git, or the one it names where it is a file (a git
     worktree: `gitdir: <main>/.git/worktrees/<name>`), then that one's shared folder (every
     object and ref is there)."""
-    from autograder.solved import ROOT
+    # imported here: stage 2 runs this file with the standard library only
+    from distlab.source.paths import ROOT
 
     found = ROOT / ".git"
     if found.is_file():
@@ -107,7 +108,7 @@ def git_dir() -> Path:
 def default_hidden() -> list[str]:
     """The answers and other students' work: solutions/, the grading folder (gradebook,
     submissions) and the repository's git folder (every solution ever committed is in it)."""
-    from autograder.solved import GRADING, SOLUTIONS  # here: it imports jupytext
+    from distlab.source.paths import GRADING, SOLUTIONS  # here: as in git_dir()
 
     return [str(SOLUTIONS), str(GRADING), str(git_dir())]
 
