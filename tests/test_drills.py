@@ -303,6 +303,69 @@ def test_without_the_grading_side_answers_are_checked_by_text_only():
     assert out[:3] == ["the hidden tests are not installed here", "['differs']", "['right']"]
 
 
+def test_the_checker_finds_the_grading_sides_judge_through_its_entry_point():
+    """Is the judge distlab uses the one autograder registers (distlab never imports it)?"""
+    from autograder.drill_judge import JUDGE
+    from distlab import judges
+
+    assert judges.find_judge() is JUDGE and isinstance(JUDGE, judges.Judge)
+    assert Checker().judge is JUDGE and Checker().text_only == ""
+
+
+def test_without_a_judge_or_with_a_broken_one_the_checker_says_why(monkeypatch):
+    from distlab import judges
+
+    class Broken:
+        name, value = "broken", "nowhere:JUDGE"
+
+        def load(self):
+            raise RuntimeError("no luck")
+
+    for found, why in (([], judges.NOT_INSTALLED),
+                       ([Broken()], "the course's judge does not load here "
+                                    "(broken: RuntimeError: no luck)")):
+        monkeypatch.setattr(judges, "entry_points", lambda group, found=found: found)
+        judges._found.cache_clear()
+        try:
+            assert judges.find_judge() is None and Checker().text_only == why
+        finally:
+            judges._found.cache_clear()
+
+
+def test_any_judge_that_keeps_to_the_interface_checks_drills():
+    """Checker asks only distlab.judges.Judge: a judge of a few lines, whose hidden test wants
+    a function returning 3, judges answers run through it."""
+
+    class Runner:
+        def start(self):
+            pass
+
+        def test(self, name, candidate, seconds):
+            namespace = {}
+            exec(candidate, namespace)
+            assert namespace[name]() == 3, "returns the wrong number"
+
+        def close(self):
+            pass
+
+    class ThreeJudge:
+        def load_test(self, name):
+            pass
+
+        def runner(self, cells, call_seconds):
+            return Runner()
+
+        def released_template(self, name):
+            return None
+
+    snippet = snippets.Snippet("three", "00_toy", "def three():\n    return 1 + 2\n", (), "toy")
+    position = next(p for p in positions.candidates(snippet.source) if p.text == "1 + 2")
+    checker = Checker(ThreeJudge())
+    right, wrong = (checker.check(snippet, [position], [answer])[0] for answer in ("2 + 1", "4"))
+    assert right.right and right.why == "ran the hidden test: passes"
+    assert wrong.status == check.WRONG and "returns the wrong number" in wrong.why
+
+
 def test_unknown_snippets_and_too_many_blanks_are_refused():
     with pytest.raises(drills.DrillError, match="unknown snippet 'nope'; the snippets are: "):
         drills.draw("nope", 3, 0)

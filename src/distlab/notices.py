@@ -5,8 +5,10 @@
   then starts with "⚠ ring_allreduce: its cell did not run (SyntaxError: ...), so this uses the
   ring_allreduce defined before. Fix that cell and run it again."
 - An exercise's code is changed outside its blanks: grading only reads the blanks. The
-  exercise cell and every cell that uses the function say which line, before hand-in. (The
-  released code comes from the course's grading side; without it, nothing is said.)
+  exercise cell and every cell that uses the function say which line, before hand-in. The
+  comparison is distlab.source.changes'; the released code to compare with comes from the
+  course's judge (distlab/judges.py: the grading side registers it, as it reads the solved
+  source); without one, nothing is said.
 
 Installed by `import distlab` in a notebook kernel (IPython's pre_run_cell / post_run_cell
 events); a notice never stops a cell, and a hook that fails says nothing.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import ast
 
+from distlab.judges import find_judge
 from distlab.source.changes import changed_outside_blanks
 from distlab.source.definitions import defined_names, functions
 
@@ -33,11 +36,10 @@ def _used(source: str) -> set[str]:
 
 
 def _released_line_changed(name: str, source: str) -> str | None:
-    try:
-        from autograder.reference import released_templates
-    except ImportError:  # a learner image without the grading side
+    judge = find_judge()  # the grading side knows the released code; without it, say nothing
+    if judge is None:
         return None
-    where = changed_outside_blanks(name, source, released_templates().get(name))
+    where = changed_outside_blanks(name, source, judge.released_template(name))
     if where is None:
         return None
     line, code = where
