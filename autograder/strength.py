@@ -49,6 +49,7 @@ from autograder.mutants import (
     scope_of,
 )
 from distlab.source import paths
+from distlab.source.cells import percent_cells
 from distlab.source.definitions import definitions
 from distlab.source.markers import BLANK, Blank, MarkerError, blank_source, comment_start
 
@@ -101,7 +102,7 @@ def _tests() -> dict:
 def _first_lines(path: Path, nb) -> list[int]:
     """The line in the file of each cell's first source line."""
     text = path.read_text().split("\n")
-    headers = [n for n, line in enumerate(text, start=1) if line.startswith("# %%")]
+    headers = [line for _, _, line in percent_cells("\n".join(text))]
     offset = len(headers) - len(nb.cells)  # a leading cell without `# %%`
     firsts = []
     for index, cell in enumerate(nb.cells):
