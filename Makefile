@@ -15,12 +15,14 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml src/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	@# setuptools warns on every editable install of a package at the top level: not news
-	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e ".[dev]"
+	@# src/ is distlab, the learner's package; the root project is the course's grading side
+	@# (autograder) and dev tools on top of it. setuptools warns on every editable install of
+	@# a package at the top level: not news
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e ./src -e ".[dev]"
 	touch $@
 
 # The learner's JupyterLab, configured by lab-config/ (on JUPYTER_CONFIG_PATH for this target
@@ -38,6 +40,7 @@ LANES := -n 2
 # grading batches, Lab servers, the browser when a chromium is installed) and the
 # blank-strength check on every notebook (every plausible wrong answer must fail its test).
 test: setup
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(LANES) --durations=20
 
 # The blank-strength check alone, with its report: `make strength IDS=01_collectives`.
@@ -57,8 +60,11 @@ grade: setup
 bench: setup
 	$(BIN)/python -m bench
 
+# ruff, and import-linter's contracts ([tool.importlinter] in pyproject.toml): distlab never
+# imports autograder
 lint: setup
 	$(BIN)/ruff check src autograder tests bench
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf grading build .pytest_cache

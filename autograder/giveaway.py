@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import solved
-from autograder.markers import (
+from distlab.source import paths
+from distlab.source.markers import (
     BLANK,
     MARKER,
     SPAN,
@@ -207,9 +208,9 @@ def _reasons(line: str, count: int) -> list[str]:
 # ---------------------------------------------------------------- the check
 
 
-def check_assignment(assignment: str, solutions: Path = solved.SOLUTIONS) -> Report:
-    path = solved.source_path(assignment, solutions)
-    shown_path = path.relative_to(solved.ROOT) if path.is_relative_to(solved.ROOT) else path
+def check_assignment(assignment: str, solutions: Path = paths.SOLUTIONS) -> Report:
+    path = paths.source_path(assignment, solutions)
+    shown_path = path.relative_to(paths.ROOT) if path.is_relative_to(paths.ROOT) else path
     nb = solved.load(assignment, solutions)
     firsts = _first_lines(path, nb)
     kept = _kept_names(nb)
@@ -280,8 +281,8 @@ def _first_lines(path: Path, nb) -> list[int]:
 
 
 def check(ids: list[str] | None = None,
-          solutions: Path = solved.SOLUTIONS) -> list[Report]:
-    return [check_assignment(a, solutions) for a in ids or solved.assignment_ids(solutions)]
+          solutions: Path = paths.SOLUTIONS) -> list[Report]:
+    return [check_assignment(a, solutions) for a in ids or paths.assignment_ids(solutions)]
 
 
 def main(argv: list[str] | None = None) -> int:

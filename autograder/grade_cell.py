@@ -20,10 +20,11 @@ import zlib
 import numpy as np
 
 from autograder import diagnose, reference
-from autograder.definitions import functions
 from autograder.exercises import test_for
-from autograder.markers import blank_source
 from distlab.blanks import unfilled_lines
+from distlab.source.changes import changed_outside_blanks
+from distlab.source.definitions import functions
+from distlab.source.markers import blank_source
 
 
 def seed_for(name: str, student: str | None = None) -> int:
@@ -81,21 +82,6 @@ def _labels(blanks, numbers) -> str:
     return ", ".join(
         f"[{b.number}]" + (f" ({b.hint})" if b.hint else "") for b in blanks if b.number in numbers
     )
-
-
-def changed_outside_blanks(name: str, learner_source: str, template: str | None = None
-                           ) -> tuple[int, str] | None:
-    """(line, its code) of the first line of learner function `name` that differs from the
-    released template of its cell outside the blanks, or None (also when `name` is no
-    exercise). The template is looked up when not given."""
-    if template is None:
-        template = reference.released_templates().get(name)
-    if template is None:
-        return None
-    released = functions(template).get(name)
-    line = diagnose.changed_line(learner_source, released) if released and learner_source \
-        else None
-    return None if line is None else (line, learner_source.split("\n")[line - 1].strip())
 
 
 def assess(name: str, learner_source: str, make, points: float | None = None,

@@ -38,7 +38,7 @@ import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from autograder.markers import MARKER, SPAN, MarkerError, comment_start, split_clauses
+from distlab.source.markers import MARKER, SPAN, MarkerError, comment_start, split_clauses
 
 MAX_SIBLINGS = 12  # other members of an enum tried for one blank
 

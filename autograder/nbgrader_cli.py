@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autograder.solved import ROOT
+from distlab.source.paths import ROOT
 
 # As root, nbgrader runs as PID 1 of its own PID namespace: when it ends or is killed, every
 # process it started (kernels start in sessions of their own) ends with it.

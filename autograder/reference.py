@@ -11,8 +11,9 @@ import functools
 import types
 
 from autograder import solved
-from autograder.definitions import definitions, functions
-from autograder.markers import MarkerError, blank_source
+from distlab.source import cells, paths
+from distlab.source.definitions import definitions, functions
+from distlab.source.markers import MarkerError
 
 
 @functools.cache
@@ -33,7 +34,7 @@ def locate(name: str) -> tuple[str, object, list]:
     A solved source with a bad marker is skipped (named if `name` is found nowhere), so one
     notebook being written never stops the others from being graded."""
     broken = []
-    for assignment in solved.assignment_ids():
+    for assignment in paths.assignment_ids():
         try:
             cells = list(solved.solution_cells(assignment))
         except MarkerError as err:
@@ -49,17 +50,9 @@ def locate(name: str) -> tuple[str, object, list]:
 @functools.cache
 def released_templates() -> dict[str, str]:
     """function -> the released code of the solution cell that defines it (blanks as
-    `_____`), for every readable solved source; read without jupytext, for the kernel's
-    notices (distlab/notices.py)."""
-    templates = {}
-    for assignment in solved.assignment_ids():
-        for source in solved.solution_sources(assignment).values():
-            try:
-                template, _ = blank_source(source)
-            except MarkerError:
-                continue
-            templates.update(dict.fromkeys(functions(source), template))
-    return templates
+    `_____`), read without jupytext: what an exercise is compared with for Validate and for
+    the kernel's notices (through autograder/drill_judge.py)."""
+    return cells.released_templates()
 
 
 def reference(name: str):

@@ -19,12 +19,13 @@ import nbformat
 
 from autograder import solved
 from autograder.nbgrader_cli import nbgrader
+from distlab.source import paths
 
-RELEASE = solved.ROOT / "notebooks"
-SOURCE = solved.GRADING / "source"
+RELEASE = paths.ROOT / "notebooks"
+SOURCE = paths.GRADING / "source"
 
 
-def write_sources(ids: list[str], into: Path = SOURCE, solutions: Path = solved.SOLUTIONS):
+def write_sources(ids: list[str], into: Path = SOURCE, solutions: Path = paths.SOLUTIONS):
     for assignment in ids:
         path = into / assignment / f"{assignment}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -32,7 +33,7 @@ def write_sources(ids: list[str], into: Path = SOURCE, solutions: Path = solved.
 
 
 def release(ids: list[str], release_dir: Path = RELEASE, source_dir: Path = SOURCE,
-            db: Path | None = None, solutions: Path = solved.SOLUTIONS) -> None:
+            db: Path | None = None, solutions: Path = paths.SOLUTIONS) -> None:
     """Write the solved sources, then let nbgrader blank them into `release_dir`."""
     write_sources(ids, source_dir, solutions)
     overrides = {"source_directory": str(source_dir), "release_directory": str(release_dir)}
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("ids", nargs="*", help="assignment ids (default: all)")
     parser.add_argument("--check", action="store_true", help="only report stale notebooks")
     args = parser.parse_args(argv)
-    ids = args.ids or solved.assignment_ids()
+    ids = args.ids or paths.assignment_ids()
     if args.check:
         old = stale(ids)
         for assignment in old:

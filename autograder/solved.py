@@ -13,21 +13,20 @@ Cell headers carry a short form of nbgrader's metadata:
 
 Markdown cells are left as they are. Every notebook gets a Python 3 kernelspec and stable
 cell ids, so regenerating an unchanged source gives byte-identical files.
+
+Where the sources are (ROOT, SOLUTIONS, GRADING), their cells read without jupytext and
+their markers live in distlab.source, which the learner's side reads them with too.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autograder.markers import MarkerError, blank_source, check_released, has_marker
+from distlab.source.cells import percent_cells
+from distlab.source.markers import MarkerError, blank_source, check_released, has_marker
+from distlab.source.paths import ROOT, SOLUTIONS, source_path
 
-ROOT = Path(__file__).resolve().parents[1]
-# DISTLAB_SOLUTIONS_DIR points the whole course (release, references, grading) at other solved
-# sources: the pipeline tests grade a toy assignment this way.
-SOLUTIONS = Path(os.environ.get("DISTLAB_SOLUTIONS_DIR", ROOT / "solutions"))
-GRADING = Path(os.environ.get("DISTLAB_GRADING_DIR", ROOT / "grading"))
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 # what ipykernel reports (but its version): a notebook opened unchanged is not "modified"
 LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
@@ -36,20 +35,6 @@ LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_ext
 
 if TYPE_CHECKING:
     import nbformat
-
-
-def assignment_ids(solutions: Path = SOLUTIONS) -> list[str]:
-    """Every assignment with a solved source, in course order."""
-    return sorted(p.parent.name for p in solutions.glob("*/*.py") if p.stem == p.parent.name)
-
-
-def source_path(assignment: str, solutions: Path = SOLUTIONS) -> Path:
-    return solutions / assignment / f"{assignment}.py"
-
-
-def _cell_lines(text: str) -> list[int]:
-    """1-based line of the first source line of each cell (the line after its `# %%`)."""
-    return [n + 1 for n, line in enumerate(text.split("\n"), start=1) if line.startswith("# %%")]
 
 
 def _nbgrader(cell, locked_count: int) -> dict | None:
@@ -74,7 +59,7 @@ def load(assignment: str, solutions: Path = SOLUTIONS) -> nbformat.NotebookNode:
     path = source_path(assignment, solutions)
     text = path.read_text()
     nb = jupytext.reads(text, fmt="py:percent")
-    starts = _cell_lines(text)
+    starts = [line + 1 for _, _, line in percent_cells(text)]  # each cell's first line
     offset = len(starts) - len(nb.cells)  # a leading cell without `# %%` shifts the count
     locked = 0
     for index, cell in enumerate(nb.cells):
@@ -96,17 +81,6 @@ def load(assignment: str, solutions: Path = SOLUTIONS) -> nbformat.NotebookNode:
             check_released(released, f"{where}:{first}")
     nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": dict(LANGUAGE_INFO)}
     return nb
-
-
-def solution_sources(assignment: str, solutions: Path = SOLUTIONS) -> dict[str, str]:
-    """grade_id -> source of each solution cell, read without jupytext: importing it (with
-    nbformat) takes seconds, too long for a learner's kernel that only needs this. The same
-    sources as load() gives (tests/test_solved.py checks); markers are not checked here."""
-    from distlab.drills.snippets import percent_cells
-
-    text = source_path(assignment, solutions).read_text()
-    return {attributes["solution"]: source for attributes, source, _ in percent_cells(text)
-            if attributes.get("solution")}
 
 
 def solution_cells(assignment: str, solutions: Path = SOLUTIONS):

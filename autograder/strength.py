@@ -41,8 +41,6 @@ from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
 
 from autograder import giveaway, solved
-from autograder.definitions import definitions
-from autograder.markers import BLANK, Blank, MarkerError, blank_source, comment_start
 from autograder.mutants import (
     Mutant,
     answer_lists,
@@ -50,6 +48,10 @@ from autograder.mutants import (
     merge,
     scope_of,
 )
+from distlab.source import paths
+from distlab.source.cells import percent_cells
+from distlab.source.definitions import definitions
+from distlab.source.markers import BLANK, Blank, MarkerError, blank_source, comment_start
 
 MIN_TIMEOUT_S = 1.0  # a mutant gets at least this long before it counts as hung (caught) ...
 TIMEOUT_FACTOR = 3.0  # ... or this many times what its reference took
@@ -100,7 +102,7 @@ def _tests() -> dict:
 def _first_lines(path: Path, nb) -> list[int]:
     """The line in the file of each cell's first source line."""
     text = path.read_text().split("\n")
-    headers = [n for n, line in enumerate(text, start=1) if line.startswith("# %%")]
+    headers = [line for _, _, line in percent_cells("\n".join(text))]
     offset = len(headers) - len(nb.cells)  # a leading cell without `# %%`
     firsts = []
     for index, cell in enumerate(nb.cells):
@@ -151,12 +153,12 @@ def _holder(tree: ast.Module | None, row: int) -> ast.AST | None:
 _modules: dict = {}
 
 
-def namespace(assignment: str, solutions: Path = solved.SOLUTIONS) -> dict:
+def namespace(assignment: str, solutions: Path = paths.SOLUTIONS) -> dict:
     """The notebook's definitions: autograder.reference.module, also for solved sources kept
     elsewhere (tests)."""
     from autograder import reference
 
-    if Path(solutions) == solved.SOLUTIONS:
+    if Path(solutions) == paths.SOLUTIONS:
         return reference.module(assignment).__dict__
     key = assignment, str(solutions)
     if key not in _modules:  # reference.module's recipe
@@ -169,10 +171,10 @@ def namespace(assignment: str, solutions: Path = solved.SOLUTIONS) -> dict:
     return _modules[key]
 
 
-def plan(assignment: str, solutions: Path = solved.SOLUTIONS) -> list[BlankCase]:
+def plan(assignment: str, solutions: Path = paths.SOLUTIONS) -> list[BlankCase]:
     """Every blank of an assignment with its mutants and mutated cells; nothing run yet."""
-    path = solved.source_path(assignment, solutions)
-    shown = path.relative_to(solved.ROOT) if path.is_relative_to(solved.ROOT) else path
+    path = paths.source_path(assignment, solutions)
+    shown = path.relative_to(paths.ROOT) if path.is_relative_to(paths.ROOT) else path
     nb = solved.load(assignment, solutions)
     names, tests = namespace(assignment, solutions), _tests()
     firsts = _first_lines(path, nb)
@@ -454,7 +456,7 @@ class Report:
 
 
 def check(ids: list[str] | None = None, jobs: int | None = None, seeds: int = 1,
-          timeout: float | None = None, solutions: Path = solved.SOLUTIONS) -> list[Report]:
+          timeout: float | None = None, solutions: Path = paths.SOLUTIONS) -> list[Report]:
     """The check on assignments `ids` (default: all), one Report each. `seeds`: students'
     seeds per hidden test; `timeout`: seconds per mutant (default: from its reference)."""
     import torch  # noqa: F401 - imported here, once, before the workers fork
@@ -462,7 +464,7 @@ def check(ids: list[str] | None = None, jobs: int | None = None, seeds: int = 1,
     import autograder.grade_cell  # noqa: F401
     import distlab  # noqa: F401
 
-    ids = ids or solved.assignment_ids(solutions)
+    ids = ids or paths.assignment_ids(solutions)
     reports = [Report(assignment, plan(assignment, solutions)) for assignment in ids]
     students = [""] + [f"strength-{k}" for k in range(1, seeds)]
     workers = Workers(jobs or len(os.sched_getaffinity(0)))

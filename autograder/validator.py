@@ -25,9 +25,10 @@ from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, Execute
 from nbgrader.validator import Validator
 from traitlets import List
 
-from autograder.definitions import functions
+from autograder import reference
 from autograder.preprocessors.capped_execute import QuietOutputWidgets
-from distlab.notices import defined_names
+from distlab.source.changes import changed_outside_blanks
+from distlab.source.definitions import defined_names, functions
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 WIDTH = 160  # characters of one reason line
@@ -113,13 +114,13 @@ def _changed_lines(defined: dict[str, str]) -> list[tuple[str, int, str]]:
     """(name, line, code) of each function of an exercise cell changed outside its blanks,
     where the released template is known (the course's solved sources are installed)."""
     try:
-        from autograder.grade_cell import changed_outside_blanks
-    except ImportError:
+        templates = reference.released_templates()
+    except Exception:  # noqa: BLE001 - no solved sources to compare with: nothing to say
         return []
     found = []
     for name, source in defined.items():
         try:
-            where = changed_outside_blanks(name, source)
+            where = changed_outside_blanks(name, source, templates.get(name))
         except Exception:  # noqa: BLE001 - no template to compare with: nothing to say
             where = None
         if where is not None:

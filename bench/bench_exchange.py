@@ -29,6 +29,7 @@ import nbformat
 
 from autograder import solved
 from bench import table
+from distlab.source import paths
 
 ASSIGNMENT = "02_cost_models"
 BIN = str(Path(sys.executable).parent)
@@ -73,7 +74,7 @@ def main(students: int = 20) -> list[dict]:
                    homes[s], learner[s]) for s in names])
 
         def teach(*args: str) -> None:
-            _run([*nbgrader, *args], solved.ROOT, teacher)
+            _run([*nbgrader, *args], paths.ROOT, teacher)
 
         answer = nbformat.writes(solved.load(ASSIGNMENT))
         start = time.perf_counter()
@@ -86,7 +87,7 @@ def main(students: int = 20) -> list[dict]:
         handed_in = time.perf_counter() - start
 
         start = time.perf_counter()
-        _run([sys.executable, "-m", "autograder.batch", ASSIGNMENT], solved.ROOT, teacher)
+        _run([sys.executable, "-m", "autograder.batch", ASSIGNMENT], paths.ROOT, teacher)
         grade = time.perf_counter() - start
         with (grading / "grades" / f"{ASSIGNMENT}.csv").open() as handle:
             wrong = [row for row in csv.DictReader(handle)

@@ -25,6 +25,7 @@ from nbclient import NotebookClient
 
 from autograder import solved
 from bench import table
+from distlab.source import paths
 
 ASSIGNMENT = "01_collectives"
 
@@ -45,7 +46,7 @@ def _env(grading: Path) -> dict:
 
 def _timed(command: list[str], env: dict) -> float:
     start = time.perf_counter()
-    subprocess.run(command, cwd=solved.ROOT, env=env, check=True, capture_output=True)
+    subprocess.run(command, cwd=paths.ROOT, env=env, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
@@ -86,13 +87,13 @@ CHILDREN = 5
 
 def _child_seconds(assignment: str, mode: str) -> float:
     out = subprocess.run([sys.executable, "-c", CHILD, assignment, mode, str(CHILDREN)],
-                         cwd=solved.ROOT, check=True, capture_output=True, text=True).stdout
+                         cwd=paths.ROOT, check=True, capture_output=True, text=True).stdout
     return float(out.split()[-1])
 
 
 def judge_children() -> list[dict]:
     rows = []
-    for assignment in solved.assignment_ids():
+    for assignment in paths.assignment_ids():
         cold, warm = (_child_seconds(assignment, mode) for mode in ("cold", "preload"))
         rows.append({"notebook": assignment, "baseline: child imports (ms)": f"{1e3 * cold:.0f}",
                      "preloaded (ms)": f"{1e3 * warm:.0f}", "ratio": f"{cold / warm:.1f}x faster"})
@@ -108,7 +109,7 @@ def main(students: int = 4) -> list[dict]:
         # release once, outside the timings (make grade then finds it up to date)
         release = ("from autograder.batch import cli as grade; "
                    f"grade.release_if_changed([{ASSIGNMENT!r}], grade.db_url())")
-        subprocess.run([sys.executable, "-c", release], cwd=solved.ROOT, env=env, check=True,
+        subprocess.run([sys.executable, "-c", release], cwd=paths.ROOT, env=env, check=True,
                        capture_output=True)
         serial = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force"],
                         env)

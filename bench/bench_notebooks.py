@@ -15,6 +15,7 @@ from nbclient import NotebookClient
 
 from autograder import solved
 from bench import table
+from distlab.source import paths
 
 
 def wall_time(nb) -> float:
@@ -28,7 +29,7 @@ def main() -> list[dict]:
     baseline = wall_time(empty)
     rows = [{"notebook": "baseline: empty (kernel + import distlab)",
              "seconds": f"{baseline:.1f}", "ratio": "1.0x"}]
-    for assignment in solved.assignment_ids():
+    for assignment in paths.assignment_ids():
         seconds = wall_time(solved.load(assignment))
         rows.append({"notebook": f"{assignment} (solved)", "seconds": f"{seconds:.1f}",
                      "ratio": f"{seconds / baseline:.1f}x"})

@@ -23,6 +23,7 @@ from traitlets.config import Config
 from autograder import solved
 from autograder.validator import CourseValidator
 from bench import table
+from distlab.source import paths
 
 
 def _config() -> Config:
@@ -42,7 +43,7 @@ def wall_time(validator_class, path: Path) -> tuple[float, dict]:
 
 
 def solved_learner_notebook(assignment: str) -> nbformat.NotebookNode:
-    released = nbformat.read(str(solved.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"),
+    released = nbformat.read(str(paths.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"),
                              as_version=4)
     answers = {cell.metadata["nbgrader"]["grade_id"]: cell.source
                for cell in solved.load(assignment).cells
@@ -57,8 +58,8 @@ def solved_learner_notebook(assignment: str) -> nbformat.NotebookNode:
 def main() -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for assignment in solved.assignment_ids():
-            untouched = solved.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
+        for assignment in paths.assignment_ids():
+            untouched = paths.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
             done = Path(tmp) / assignment / f"{assignment}.ipynb"
             done.parent.mkdir()
             nbformat.write(solved_learner_notebook(assignment), str(done))

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from autograder import diagnose, exercises, grade_cell, reference, solved
-from autograder.definitions import functions
-from autograder.markers import blank_source
+from distlab.source.definitions import functions
+from distlab.source.markers import blank_source
 
 
 def answered(source: str, blanks: list, answers: dict[int, str], name: str = "") -> str:

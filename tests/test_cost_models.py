@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from autograder import diagnose, grade_cell, reference
-from autograder.markers import blank_source
+from distlab.source.markers import blank_source
 
 matplotlib.use("Agg")
 

@@ -1,8 +1,8 @@
 """definitions.functions: the functions a cell defines, as the judge and the references find
 them in a submission or a solved source."""
 
-from autograder.definitions import functions
 from autograder.judge import function_source
+from distlab.source.definitions import functions
 
 
 def test_functions_and_classes_are_found_with_their_decorators_and_nothing_else():

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from autograder import solved
 from autograder.exercises import all_tests
 from distlab import drills
 from distlab.drills import __main__ as cli
 from distlab.drills import check, history, positions, snippets
 from distlab.drills.check import Checker
+from distlab.source import paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def checker():
 def course(tmp_path, ids=("01_collectives", "02_cost_models"), setting=None):
     """A copy of some solved sources (and a drills.toml), as DISTLAB_SOLUTIONS_DIR sees it."""
     for assignment in ids:
-        shutil.copytree(solved.SOLUTIONS / assignment, tmp_path / "solutions" / assignment)
+        shutil.copytree(paths.SOLUTIONS / assignment, tmp_path / "solutions" / assignment)
     if setting is not None:
         (tmp_path / "drills.toml").write_text(setting)
     return tmp_path / "solutions"
@@ -54,7 +54,7 @@ def test_every_notebook_tags_core_snippets_that_exist_and_have_hidden_tests():
     """Does every notebook contribute 2-4 snippets, each a solved definition with a hidden test?"""
     found = snippets.load(every=True)
     tests = all_tests()
-    for assignment in solved.assignment_ids():
+    for assignment in paths.assignment_ids():
         mine = [s for s in found.values() if s.assignment == assignment]
         assert 2 <= len(mine) <= 4, f"{assignment}: {len(mine)} drill snippets"
     for name, snippet in found.items():
@@ -75,7 +75,7 @@ def test_a_tag_that_points_at_nothing_fails_loudly(tmp_path):
 def test_snippets_are_the_solved_code_without_markers():
     """Is a snippet the solved function with its BLANK/ACCEPT comments cut, and nothing else?"""
     snippet = snippets.get("ring_allreduce")
-    raw = (solved.SOLUTIONS / "01_collectives" / "01_collectives.py").read_text()
+    raw = (paths.SOLUTIONS / "01_collectives" / "01_collectives.py").read_text()
     assert "BLANK" not in snippet.source and "ACCEPT" not in snippet.source
     assert "    right = [(i + 1) % N for i in range(N)]\n" in snippet.source
     assert "# Scatter-reduce: N-1 steps" in snippet.source  # an ordinary comment stays
@@ -110,7 +110,7 @@ def test_the_instructor_setting_filters_the_snippets(tmp_path):
 
 def test_the_course_setting_opens_every_notebook_by_default():
     """Does the course's own drills.toml say "all"?"""
-    assert snippets.allowed_notebooks(solved.SOLUTIONS) is None
+    assert snippets.allowed_notebooks(paths.SOLUTIONS) is None
 
 
 # ------------------------------------------------------------------ positions
@@ -303,6 +303,69 @@ def test_without_the_grading_side_answers_are_checked_by_text_only():
     assert out[:3] == ["the hidden tests are not installed here", "['differs']", "['right']"]
 
 
+def test_the_checker_finds_the_grading_sides_judge_through_its_entry_point():
+    """Is the judge distlab uses the one autograder registers (distlab never imports it)?"""
+    from autograder.drill_judge import JUDGE
+    from distlab import judges
+
+    assert judges.find_judge() is JUDGE and isinstance(JUDGE, judges.Judge)
+    assert Checker().judge is JUDGE and Checker().text_only == ""
+
+
+def test_without_a_judge_or_with_a_broken_one_the_checker_says_why(monkeypatch):
+    from distlab import judges
+
+    class Broken:
+        name, value = "broken", "nowhere:JUDGE"
+
+        def load(self):
+            raise RuntimeError("no luck")
+
+    for found, why in (([], judges.NOT_INSTALLED),
+                       ([Broken()], "the course's judge does not load here "
+                                    "(broken: RuntimeError: no luck)")):
+        monkeypatch.setattr(judges, "entry_points", lambda group, found=found: found)
+        judges._found.cache_clear()
+        try:
+            assert judges.find_judge() is None and Checker().text_only == why
+        finally:
+            judges._found.cache_clear()
+
+
+def test_any_judge_that_keeps_to_the_interface_checks_drills():
+    """Checker asks only distlab.judges.Judge: a judge of a few lines, whose hidden test wants
+    a function returning 3, judges answers run through it."""
+
+    class Runner:
+        def start(self):
+            pass
+
+        def test(self, name, candidate, seconds):
+            namespace = {}
+            exec(candidate, namespace)
+            assert namespace[name]() == 3, "returns the wrong number"
+
+        def close(self):
+            pass
+
+    class ThreeJudge:
+        def load_test(self, name):
+            pass
+
+        def runner(self, cells, call_seconds):
+            return Runner()
+
+        def released_template(self, name):
+            return None
+
+    snippet = snippets.Snippet("three", "00_toy", "def three():\n    return 1 + 2\n", (), "toy")
+    position = next(p for p in positions.candidates(snippet.source) if p.text == "1 + 2")
+    checker = Checker(ThreeJudge())
+    right, wrong = (checker.check(snippet, [position], [answer])[0] for answer in ("2 + 1", "4"))
+    assert right.right and right.why == "ran the hidden test: passes"
+    assert wrong.status == check.WRONG and "returns the wrong number" in wrong.why
+
+
 def test_unknown_snippets_and_too_many_blanks_are_refused():
     with pytest.raises(drills.DrillError, match="unknown snippet 'nope'; the snippets are: "):
         drills.draw("nope", 3, 0)
@@ -451,8 +514,8 @@ def _mutants(snippet, position, scope, original) -> list[tuple[str, str]]:
     mutants of the position's text."""
     import ast
 
-    from autograder.markers import comment_start
     from autograder.mutants import generate
+    from distlab.source.markers import comment_start
 
     source = snippet.source
     first = source.rfind("\n", 0, position.start) + 1

@@ -4,7 +4,8 @@ asked again and again), name both places, and leave alone what is fine?"""
 
 import pytest
 
-from autograder import giveaway, solved
+from autograder import giveaway
+from distlab.source import paths
 
 
 def toy(tmp_path, *cells, assignment="00_toy"):
@@ -131,7 +132,7 @@ def test_the_shape_reason_is_not_an_answer_for_the_strength_check():
     assert answer_lists(line, 1) == [((), ("g(a)",))]
 
 
-@pytest.mark.parametrize("assignment", solved.assignment_ids())
+@pytest.mark.parametrize("assignment", paths.assignment_ids())
 def test_no_notebook_gives_a_blank_away(assignment):
     """Does every notebook of the course pass the give-away check?"""
     report = giveaway.check_assignment(assignment)

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from autograder import diagnose, exercises, grade_cell, reference
-from autograder.markers import blank_source
+from distlab.source.markers import blank_source
 
 SOLVED = '''def ring_sum(grads):
     N = len(grads)

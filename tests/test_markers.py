@@ -2,7 +2,7 @@
 
 import pytest
 
-from autograder.markers import MarkerError, blank_line, blank_source, check_released
+from distlab.source.markers import MarkerError, blank_line, blank_source, check_released
 
 
 def released(line):

@@ -6,7 +6,6 @@ import enum
 
 import pytest
 
-from autograder.markers import Clause, MarkerError, split_clauses
 from autograder.mutants import (
     Mutant,
     answer_lists,
@@ -15,6 +14,7 @@ from autograder.mutants import (
     normalized,
     scope_of,
 )
+from distlab.source.markers import Clause, MarkerError, split_clauses
 
 
 def scope(code: str, namespace=None):

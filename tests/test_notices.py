@@ -6,7 +6,7 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder import reference
-from autograder.markers import blank_source
+from distlab.source.markers import blank_source
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import pytest
 from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
 
 from autograder import diagnose, exercises, grade_cell, reference
-from autograder.definitions import functions
-from autograder.markers import blank_source
+from distlab.source.definitions import functions
+from distlab.source.markers import blank_source
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # rank functions travel by value
 

@@ -6,11 +6,12 @@ import re
 import pytest
 
 from autograder import release, solved
-from autograder.definitions import functions
-from autograder.markers import blank_source
+from distlab.source import paths
+from distlab.source.definitions import functions
+from distlab.source.markers import blank_source
 
-IDS = solved.assignment_ids()
-RELEASED = {a: (solved.ROOT / "notebooks" / a / f"{a}.ipynb") for a in IDS}
+IDS = paths.assignment_ids()
+RELEASED = {a: (paths.ROOT / "notebooks" / a / f"{a}.ipynb") for a in IDS}
 GRADE_CALL = re.compile(r"^grade\((\w+)(?:, points=([\d.]+))?\)$", re.M)
 
 
@@ -104,7 +105,7 @@ def test_blanked_solution_cells_parse():
 def test_every_solved_function_is_its_template_outside_the_blanks(assignment):
     """Is each solved function (or class) its released template with answers in the blanks
     only, so that grading it as "the template with the learner's fills" changes nothing?"""
-    from autograder.diagnose import changed_line
+    from distlab.source.changes import changed_line
 
     for cell, _ in solved.solution_cells(assignment):
         template, _ = blank_source(cell.source)

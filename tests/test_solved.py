@@ -3,7 +3,8 @@
 import pytest
 
 from autograder import solved
-from autograder.markers import MarkerError
+from distlab.source import cells, paths
+from distlab.source.markers import MarkerError
 
 TOY = '''# %% [markdown]
 # # Toy
@@ -65,15 +66,15 @@ def test_assignments_are_found_by_folder_name(tmp_path):
     write(tmp_path, TOY)
     write(tmp_path, TOY, "01_other")
     (tmp_path / "01_other" / "helper.py").write_text("")
-    assert solved.assignment_ids(tmp_path) == ["00_toy", "01_other"]
+    assert paths.assignment_ids(tmp_path) == ["00_toy", "01_other"]
 
 
-@pytest.mark.parametrize("assignment", solved.assignment_ids())
+@pytest.mark.parametrize("assignment", paths.assignment_ids())
 def test_solution_sources_read_without_jupytext_equal_the_loaded_cells(assignment):
     """The kernel's quick reader (no jupytext) gives each solution cell as load() does."""
     loaded = {cell.metadata["nbgrader"]["grade_id"]: cell.source
               for cell, _ in solved.solution_cells(assignment)}
-    assert solved.solution_sources(assignment) == loaded
+    assert cells.solution_sources(assignment) == loaded
 
 
 def test_solution_sources_read_header_attributes_and_trim_blank_lines(tmp_path):
@@ -81,4 +82,4 @@ def test_solution_sources_read_header_attributes_and_trim_blank_lines(tmp_path):
     (tmp_path / "toy" / "toy.py").write_text(
         '# %% [markdown]\n# prose\n\n# %% solution="f" drill\n\ndef f():\n    return 1\n\n\n'
         '# %% tests="f_tests" points=1\nassert f() == 1\n')
-    assert solved.solution_sources("toy", tmp_path) == {"f": "def f():\n    return 1"}
+    assert cells.solution_sources("toy", tmp_path) == {"f": "def f():\n    return 1"}

@@ -85,7 +85,7 @@ def test_a_picture_that_uses_an_exercise_is_no_check():
 
 def test_an_exercise_changed_outside_its_blanks_is_reported_even_when_checks_pass():
     from autograder import reference
-    from autograder.markers import blank_source
+    from distlab.source.markers import blank_source
 
     _, cell, _ = reference.locate("chunk_bounds")
     released, _ = blank_source(cell.source)

@@ -11,7 +11,7 @@ import pytest
 from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
 
 from autograder import reference
-from autograder.markers import blank_source
+from distlab.source.markers import blank_source
 
 ASSIGNMENT = "06_zero"
 nb = Notebook(ASSIGNMENT)

@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from queue import SimpleQueue
 
-from autograder import nbgrader_cli, solved
+from autograder import nbgrader_cli
 from autograder.batch import worker
 from autograder.judge import sandbox, wire
+from distlab.source import paths
 
-GRADING = solved.GRADING
+GRADING = paths.GRADING
 SUBMITTED = GRADING / "submitted"
 GRADES = GRADING / "grades"
 FEEDBACK = GRADING / "feedback"
@@ -49,7 +50,7 @@ def db_url() -> str:
     """The gradebook's SQLAlchemy URL, as nbgrader_config.py sets it."""
     from traitlets.config.loader import PyFileConfigLoader
 
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(solved.ROOT)).load_config()
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(paths.ROOT)).load_config()
     return config.CourseDirectory.db_url
 
 
@@ -68,7 +69,7 @@ def release_if_changed(ids: list[str], url: str) -> None:
     """Fill the gradebook from a release of each assignment, unless its source is unchanged
     since the last one (the gradebook at `url` learns cells, checksums and hidden tests from
     it)."""
-    digests = {assignment: hashlib.sha256(solved.source_path(assignment).read_bytes()).hexdigest()
+    digests = {assignment: hashlib.sha256(paths.source_path(assignment).read_bytes()).hexdigest()
                for assignment in ids}
     stamps = {assignment: GRADING / "release" / assignment / ".source-sha256" for assignment in ids}
     gradebook = Path(db_path(url)).exists()
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     if rest := [flag for flag in unknown if flag not in limits]:
         parser.error(f"unrecognized arguments: {' '.join(rest)} (limits: "
                      "--GradingLimits.NAME=VALUE)")
-    ids = args.ids or solved.assignment_ids()
+    ids = args.ids or paths.assignment_ids()
     todo = submissions(ids)
     if not todo:
         print(f"no submissions under {SUBMITTED}/<student>/<assignment>/")

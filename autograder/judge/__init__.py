@@ -18,9 +18,9 @@ import subprocess
 import sys
 import time
 
-from autograder.definitions import functions
 from autograder.judge import wire
-from autograder.solved import ROOT
+from distlab.source.definitions import functions
+from distlab.source.paths import ROOT
 
 CALL_TIMEOUT = 60.0  # s per call of a learner's function; GradingLimits.call_seconds sets it
 START_TIMEOUT = 120.0  # s for the runner to import torch and start the ranks' launcher

@@ -19,7 +19,7 @@ from traitlets.config import Configurable
 
 from autograder import judge
 from autograder.judge import sandbox
-from autograder.solved import GRADING
+from distlab.source.paths import GRADING
 
 
 class GradingLimits(Configurable):

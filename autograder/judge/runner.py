@@ -23,8 +23,8 @@ import os
 import sys
 import warnings
 
-from autograder.definitions import definitions
 from autograder.judge import wire
+from distlab.source.definitions import definitions
 
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 # What a runner may import before it forks, when the cells import it: public modules of these

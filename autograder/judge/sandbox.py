@@ -88,12 +88,29 @@ def available() -> bool:
     return not why_unavailable()
 
 
+def git_dir() -> Path:
+    """The repository's git folder: ROOT/.git, or the one it names where it is a file (a git
+    worktree: `gitdir: <main>/.git/worktrees/<name>`), then that one's shared folder (every
+    object and ref is there)."""
+    # imported here: stage 2 runs this file with the standard library only
+    from distlab.source.paths import ROOT
+
+    found = ROOT / ".git"
+    if found.is_file():
+        named = found.read_text().partition("gitdir:")[2].strip()
+        found = (ROOT / named).resolve() if named else found
+        common = found / "commondir"
+        if common.is_file():
+            found = (found / common.read_text().strip()).resolve()
+    return found
+
+
 def default_hidden() -> list[str]:
     """The answers and other students' work: solutions/, the grading folder (gradebook,
-    submissions) and the repository's .git (every solution ever committed is in it)."""
-    from autograder.solved import GRADING, ROOT, SOLUTIONS  # here: it imports jupytext
+    submissions) and the repository's git folder (every solution ever committed is in it)."""
+    from distlab.source.paths import GRADING, SOLUTIONS  # here: as in git_dir()
 
-    return [str(SOLUTIONS), str(GRADING), str(ROOT / ".git")]
+    return [str(SOLUTIONS), str(GRADING), str(git_dir())]
 
 
 def default_env() -> dict:

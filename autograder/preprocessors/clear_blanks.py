@@ -3,7 +3,7 @@
 from nbgrader import utils
 from nbgrader.preprocessors import ClearSolutions
 
-from autograder.markers import MarkerError, blank_source, check_released, has_marker
+from distlab.source.markers import MarkerError, blank_source, check_released, has_marker
 
 
 class ClearBlanks(ClearSolutions):

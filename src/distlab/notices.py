@@ -5,8 +5,10 @@
   then starts with "⚠ ring_allreduce: its cell did not run (SyntaxError: ...), so this uses the
   ring_allreduce defined before. Fix that cell and run it again."
 - An exercise's code is changed outside its blanks: grading only reads the blanks. The
-  exercise cell and every cell that uses the function say which line, before hand-in. (The
-  released code comes from the course's grading side; without it, nothing is said.)
+  exercise cell and every cell that uses the function say which line, before hand-in. The
+  comparison is distlab.source.changes'; the released code to compare with comes from the
+  course's judge (distlab/judges.py: the grading side registers it, as it reads the solved
+  source); without one, nothing is said.
 
 Installed by `import distlab` in a notebook kernel (IPython's pre_run_cell / post_run_cell
 events); a notice never stops a cell, and a hook that fails says nothing.
@@ -15,23 +17,14 @@ events); a notice never stops a cell, and a hook that fails says nothing.
 from __future__ import annotations
 
 import ast
-import re
+
+from distlab.judges import find_judge
+from distlab.source.changes import changed_outside_blanks
+from distlab.source.definitions import defined_names, functions
 
 _stale: dict[str, str] = {}  # function -> why the kernel's definition is an old one
 _changed: dict[str, str] = {}  # exercise -> the line changed outside its blanks
 _before: dict[str, int] = {}  # id() of what the running cell defines, before it ran
-
-_DEF = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.M)
-
-
-def defined_names(source: str) -> list[str]:
-    """Top-level functions and classes a cell defines (read even when it does not parse)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return _DEF.findall(source)
-    return [node.name for node in tree.body
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
 
 
 def _used(source: str) -> set[str]:
@@ -43,28 +36,15 @@ def _used(source: str) -> set[str]:
 
 
 def _released_line_changed(name: str, source: str) -> str | None:
-    try:
-        from autograder.grade_cell import changed_outside_blanks
-    except ImportError:  # a learner image without the grading side
+    judge = find_judge()  # the grading side knows the released code; without it, say nothing
+    if judge is None:
         return None
-    where = changed_outside_blanks(name, source)
+    where = changed_outside_blanks(name, source, judge.released_template(name))
     if where is None:
         return None
     line, code = where
     return (f"line {line} of {name} was changed outside the blanks ({code}): that change earns "
             "nothing, grading uses the released code there. Change only the `_____` parts.")
-
-
-def _function_sources(source: str) -> dict[str, str]:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return {}
-    lines = source.split("\n")
-    return {node.name: "\n".join(lines[(node.decorator_list[0].lineno if node.decorator_list
-                                        else node.lineno) - 1:node.end_lineno])
-            for node in tree.body
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
 
 
 def pre_run_cell(shell, info) -> None:
@@ -92,7 +72,7 @@ def post_run_cell(shell, result) -> None:
             _stale[name] = (f"{name}: its cell did not run ({why}), so this uses the {name} "
                             f"defined before. Fix that cell and run it again.")
     if error is None:
-        for name, code in _function_sources(source).items():
+        for name, code in functions(source).items():
             note = _released_line_changed(name, code)
             if note is None:
                 _changed.pop(name, None)

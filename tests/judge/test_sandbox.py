@@ -21,9 +21,9 @@ import nbclient
 import nbformat
 import pytest
 
-from autograder import solved
 from autograder.judge import sandbox
 from autograder.judge.sandbox import Limits, kernelspec, wrap
+from distlab.source import paths
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -87,7 +87,7 @@ def test_a_second_grader_on_the_machine_takes_its_own_uids():
     code = "from autograder.judge import sandbox; print(sandbox.uid_for(0), sandbox.uid_for(3))"
     env = {**os.environ, "DISTLAB_SANDBOX_FIRST_UID": "60300"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         cwd=solved.ROOT, check=True).stdout
+                         cwd=paths.ROOT, check=True).stdout
     assert out.split() == ["60300", "60303"]
 
 
@@ -119,8 +119,9 @@ def test_does_wrap_refuse_to_hide_a_file(tmp_path):
 
 def test_do_the_default_hidden_folders_cover_the_answers_and_the_grading_data():
     hidden = sandbox.default_hidden()
-    assert str(solved.SOLUTIONS) in hidden and str(solved.GRADING) in hidden
-    assert str(ROOT / ".git") in hidden  # every committed solution is in there too
+    assert str(paths.SOLUTIONS) in hidden and str(paths.GRADING) in hidden
+    assert str(sandbox.git_dir()) in hidden  # every committed solution is in there too
+    assert sandbox.git_dir().is_dir()  # also in a git worktree, where .git is a file
 
 
 def test_does_kernelspec_write_a_sandboxed_ipykernel(tmp_path):
@@ -219,7 +220,7 @@ def test_are_hidden_folders_empty_inside(uid, outside_tmp):
     os.chmod(secret / "answer.txt", 0o644)
     result = sandboxed(f"""
         import os
-        for folder in ["{secret}", "{solved.SOLUTIONS}", "{ROOT / '.git'}"]:
+        for folder in ["{secret}", "{paths.SOLUTIONS}", "{sandbox.git_dir()}"]:
             print(os.listdir(folder))
     """, uid, hidden=[str(secret), *sandbox.default_hidden()])
     assert result.stdout.split("\n")[:3] == ["[]"] * 3, result.stderr

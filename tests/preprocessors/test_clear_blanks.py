@@ -4,8 +4,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograder.markers import MarkerError
 from autograder.preprocessors import ClearBlanks
+from distlab.source.markers import MarkerError
 
 KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 

@@ -19,8 +19,9 @@ import importlib
 from dataclasses import dataclass
 
 from autograder import solved
-from autograder.definitions import functions
-from autograder.markers import blank_source
+from distlab.source import paths
+from distlab.source.definitions import functions
+from distlab.source.markers import blank_source
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Shortcut:
 def suite(kind: str = "SHORTCUTS") -> list[tuple[str, Shortcut]]:
     """(assignment, shortcut) of every notebook's module that exists."""
     found = []
-    for assignment in solved.assignment_ids():
+    for assignment in paths.assignment_ids():
         try:
             module = importlib.import_module(f"shortcuts.{assignment}")
         except ModuleNotFoundError as err:

@@ -30,9 +30,9 @@ def start_from_release(tmp_path_factory):
     folder = tmp_path_factory.mktemp("released")
     env = dict(os.environ, DISTLAB_GRADING_DIR=str(folder),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    code = ("from autograder import solved\n"
+    code = ("from distlab.source import paths\n"
             "from autograder.batch.cli import db_url, release_if_changed\n"
-            "release_if_changed(solved.assignment_ids(), db_url())\n")
+            "release_if_changed(paths.assignment_ids(), db_url())\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr

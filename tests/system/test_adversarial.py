@@ -33,9 +33,10 @@ from nbgrader.api import Gradebook
 
 from autograder import solved
 from autograder.judge import sandbox
+from distlab.source import paths
 
 ASSIGNMENT = "01_collectives"
-ROOT = solved.ROOT
+ROOT = paths.ROOT
 RELEASED = ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 JOBS = 2
 # Small limits, so that hazards end fast (the defaults are minutes).

@@ -26,10 +26,11 @@ from adversarial.cells import add_after
 from adversarial.tamper import FAKE_PASS, PATCH_NUMPY_TORCH, _everywhere
 
 from autograder import solved
-from autograder.definitions import functions
+from distlab.source import paths
+from distlab.source.definitions import functions
 
-ROOT = solved.ROOT
-IDS = [a for a in solved.assignment_ids() if a != "01_collectives"]  # 01: the full suite
+ROOT = paths.ROOT
+IDS = [a for a in paths.assignment_ids() if a != "01_collectives"]  # 01: the full suite
 PATCHES = PATCH_NUMPY_TORCH + """
 import random
 import sys

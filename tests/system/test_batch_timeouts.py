@@ -15,6 +15,7 @@ import pytest
 from autograder import solved
 from autograder.batch.worker import problem
 from autograder.judge import sandbox
+from distlab.source import paths
 
 ASSIGNMENT = "00_toy"
 TIMEOUT = 20  # make grade's --timeout here: the toy's solved submission takes a few seconds
@@ -22,7 +23,7 @@ TIMEOUT = 20  # make grade's --timeout here: the toy's solved submission takes a
 
 def toy_source() -> str:
     """A one-exercise assignment: notebook 01's chunk_bounds cell, with its graded cell."""
-    text = solved.source_path("01_collectives").read_text()
+    text = paths.source_path("01_collectives").read_text()
     start = text.index('# %% solution="chunk_bounds"')
     end = text.index("# %%", text.index('# %% tests="chunk_bounds_tests"') + 1)
     return "# %% [markdown]\n# # A toy assignment\n\n# %%\nimport numpy as np\n\n" + text[start:end]
@@ -36,7 +37,7 @@ def _env(grading: Path) -> dict:
 
 def _grade(grading: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autograder.batch", ASSIGNMENT, *flags],
-                          cwd=solved.ROOT, env=_env(grading), capture_output=True, text=True,
+                          cwd=paths.ROOT, env=_env(grading), capture_output=True, text=True,
                           timeout=600)
 
 

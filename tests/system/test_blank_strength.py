@@ -6,13 +6,13 @@ batches.)"""
 import subprocess
 import sys
 
-from autograder import solved
+from distlab.source import paths
 
 
 def test_every_blank_of_every_notebook_is_strong():
     """Does `python -m autograder.strength` pass on the whole course?"""
     result = subprocess.run([sys.executable, "-m", "autograder.strength", "--jobs", "2"],
-                            cwd=solved.ROOT, capture_output=True, text=True, timeout=1500)
+                            cwd=paths.ROOT, capture_output=True, text=True, timeout=1500)
     assert "blank strength: ok" in result.stdout, result.stdout[-8000:] + result.stderr[-4000:]
     # the give-away verdict per notebook is tests/test_giveaway.py's; here: it ran, and the
     # exit status follows it

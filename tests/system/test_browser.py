@@ -19,9 +19,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lab_server import CHROMIUM, CHROMIUM_ARGS, ROOT, LabServer, browser_marks, wait_idle  # noqa: E402
 
-from autograder import solved  # noqa: E402
+from distlab.source import paths  # noqa: E402
 
-IDS = solved.assignment_ids()
+IDS = paths.assignment_ids()
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in front
 
 SHOTS = Path(os.environ.get("DISTLAB_SCREENSHOTS", "/tmp"))

@@ -24,16 +24,17 @@ from lab_server import LabServer, unavailable
 
 from autograder import solved
 from autograder.nbgrader_cli import nbgrader
+from distlab.source import paths
 
 ASSIGNMENT = "02_cost_models"  # grades in about 20 s, the fastest of the course
-RELEASED = solved.ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+RELEASED = paths.ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 STUDENTS = ("alice", "bob", "carol")  # solved, untouched, half-saved
 BIN = str(Path(sys.executable).parent)
 
 
 def learner_config(exchange: Path) -> str:
     """The README's /etc/jupyter/nbgrader_config.py for learners, with this test's exchange."""
-    readme = (solved.ROOT / "README.md").read_text()
+    readme = (paths.ROOT / "README.md").read_text()
     block = re.search(r"```python\n( *# /etc/jupyter/nbgrader_config\.py.*?\n) *```", readme,
                       re.S)
     assert block, "README: no learner nbgrader_config.py block"
@@ -107,7 +108,7 @@ def course(tmp_path_factory):
     c.teach("collect", ASSIGNMENT, "--ExchangeCollect.check_owner=False")
     env = {**os.environ, **c.instructor, "PATH": BIN + os.pathsep + os.environ["PATH"]}
     graded = subprocess.run([sys.executable, "-m", "autograder.batch", ASSIGNMENT],
-                            cwd=solved.ROOT, env=env, capture_output=True, text=True,
+                            cwd=paths.ROOT, env=env, capture_output=True, text=True,
                             timeout=900)
     assert graded.returncode == 0, graded.stdout + graded.stderr
     seen["make grade"] = graded.stdout

@@ -15,10 +15,11 @@ import pytest
 import shortcuts
 
 from autograder import solved
-from autograder.markers import blank_source
 from autograder.nbgrader_cli import nbgrader
+from distlab.source import paths
+from distlab.source.markers import blank_source
 
-IDS = solved.assignment_ids()
+IDS = paths.assignment_ids()
 # per notebook: a graded function, one of its blanks, and a wrong answer for it
 WRONG = {
     "01_collectives": ("ring_allreduce", 2, lambda answer: f"({answer}) + 1"),
@@ -70,7 +71,7 @@ def submission(assignment, kind):
     if kind == "solved":
         return solved.load(assignment)
     if kind == "untouched":
-        path = solved.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
+        path = paths.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
         return nbformat.read(str(path), as_version=4)
     return one_wrong_blank(assignment)
 
@@ -107,7 +108,7 @@ def graded(grading):
     text = nbformat.writes(solved.load("01_collectives"))
     (folder / "01_collectives.ipynb").write_text(text[: len(text) // 2])
     result = subprocess.run([sys.executable, "-m", "autograder.batch", *WRONG],
-                            cwd=solved.ROOT, env=env, capture_output=True, text=True,
+                            cwd=paths.ROOT, env=env, capture_output=True, text=True,
                             timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
     rows, feedback = {}, {}

@@ -2,23 +2,25 @@
 
 An answer equal to the original once spacing and quotes are normalised is right at once. One
 written differently is put into the snippet and the function goes through its hidden test,
-the property test grading uses (autograder.exercises), in the judge's runner (sandboxed where
-the machine allows it, as grading is): `(1 + i) % N` passes where `(i + 1) % N` stood, a
-wrong index does not. Each such answer is tried alone in the reference, so each blank gets its
-own verdict; all of them together first, so answers right only as a set count too.
+the property test grading uses, in the judge's runner (sandboxed where the machine allows it,
+as grading is): `(1 + i) % N` passes where `(i + 1) % N` stood, a wrong index does not.
+distlab holds no hidden test: it asks the course's judge (`Judge`, found by `find_judge()`
+through the entry point group "distlab.drill_judges"; see distlab/judges.py), which the
+grading side registers (autograder/drill_judge.py). Each such answer is tried alone in the
+reference, so each blank gets its own verdict; all of them together first, so answers right
+only as a set count too.
 
 One runner per notebook stays warm for the whole drill session (`Checker`): `warm` starts it
 and runs the reference through the hidden test once, and a candidate then gets three times the
-reference's time (at least MIN_SECONDS), so an answer that deadlocks fails in seconds. Without the
-grading side (a learner's image without `autograder`), answers are checked by text only, and
-the checker says so.
+reference's time (at least MIN_SECONDS), so an answer that deadlocks fails in seconds. Without a
+judge (a learner's image without the grading side), answers are checked by text only, and the
+checker says why (`text_only`).
 """
 
 from __future__ import annotations
 
 import ast
 import io
-import math
 import sys
 import threading
 import time
@@ -28,6 +30,9 @@ from dataclasses import dataclass
 
 from distlab.drills.positions import Position
 from distlab.drills.snippets import Snippet
+from distlab.judges import DrillRunner, Judge, find_judge, why_no_judge
+
+__all__ = ["Checker", "DrillRunner", "Judge", "Verdict", "fill", "find_judge", "normalise"]
 
 CALL_SECONDS = 30.0  # one call of the snippet's function in the runner
 SLOWER, MIN_SECONDS = 3.0, 1.5  # a candidate gets 3x the reference's time, at least 1.5 s
@@ -76,35 +81,24 @@ def fill(source: str, answers: dict[Position, str]) -> str:
     return "".join(out)
 
 
-def _grading_side_missing() -> str:
-    """Why answers cannot be run here ('' when they can)."""
-    try:
-        import autograder.exercises  # noqa: F401
-        import autograder.judge  # noqa: F401
-    except ImportError:
-        return "the hidden tests are not installed here"
-    return ""
-
-
 class Checker:
     """Checks answers; keeps one warm runner per notebook for as long as it lives."""
 
-    def __init__(self):
-        self.text_only = _grading_side_missing()  # why, or ""
-        self._runners: dict[str, tuple[tuple[str, ...], object]] = {}
+    def __init__(self, judge: Judge | None = None):
+        self.judge = judge or find_judge()
+        self.text_only = "" if self.judge is not None else why_no_judge()  # why, or ""
+        self._runners: dict[str, tuple[tuple[str, ...], DrillRunner]] = {}
         self._lock = threading.Lock()  # one check (or warm-up) at a time per session
         self._took: dict[str, float] = {}  # snippet -> seconds its reference took, warm
         # a kernel that shuts down with the drill open ends its runners too
         weakref.finalize(self, _close, self._runners)
 
-    def _runner(self, snippet: Snippet):
-        from autograder.judge import Runner
-
+    def _runner(self, snippet: Snippet) -> DrillRunner:
         cells, runner = self._runners.get(snippet.assignment, (None, None))
         if cells != snippet.cells:  # new, or its solved source changed
             if runner is not None:
                 runner.close()
-            runner = Runner(list(snippet.cells), call_seconds=CALL_SECONDS)
+            runner = self.judge.runner(snippet.cells, CALL_SECONDS)
             self._runners[snippet.assignment] = (snippet.cells, runner)
         return runner
 
@@ -116,10 +110,8 @@ class Checker:
             return None
 
         def start():
-            from autograder.exercises import test_for
-
             with self._lock:
-                test_for(snippet.name)
+                self.judge.load_test(snippet.name)
                 self._runner(snippet).start()
                 if snippet.name not in self._took:
                     begun = time.monotonic()
@@ -142,19 +134,8 @@ class Checker:
             return self._failure(snippet, candidate, self.limit(snippet))
 
     def _failure(self, snippet: Snippet, candidate: str, limit: float | None) -> str | None:
-        import numpy as np
-
-        from autograder.exercises import test_for
-        from autograder.grade_cell import quiet, seed_for
-        from autograder.judge import Remote
-
-        runner = self._runner(snippet)
-        runner.fork(candidate)
-        fn = Remote(runner, snippet.name)
-        runner.deadline = math.inf if limit is None else time.monotonic() + limit
         try:
-            with quiet():
-                test_for(snippet.name)(fn, np.random.default_rng(seed_for(snippet.name, "")))
+            self._runner(snippet).test(snippet.name, candidate, limit)
         except AssertionError as err:
             return str(err).splitlines()[0] if str(err) else "a hidden test failed"
         except TimeoutError:
@@ -164,12 +145,6 @@ class Checker:
                     f"{self._took[snippet.name]:.1f} s: a deadlock, or a loop that never ends?")
         except Exception as err:  # noqa: BLE001 - whatever the filled code raised
             return f"{type(err).__name__}: {err}".splitlines()[0]
-        finally:
-            runner.deadline = math.inf
-            try:
-                fn.close()
-            except Exception:  # noqa: BLE001 - a runner stopped at its deadline: start anew
-                runner.close()
         return None
 
     def check(self, snippet: Snippet, chosen: list[Position], answers: list[str]) -> list[Verdict]:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from distlab.drills.positions import digest
-from distlab.drills.snippets import solutions_dir
+from distlab.source.paths import solutions_dir
 
 IDLE_S = 900.0  # the server exits after this long without a request
 START_S = 20.0  # how long a client waits for a server it started

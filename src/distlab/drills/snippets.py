@@ -12,23 +12,20 @@ Which notebooks' snippets learners may drill is one instructor setting, `drills.
 course root (the folder above solutions/): `notebooks = "all"` (the default, also without the
 file) or a list of assignment ids. A drill shows the reference code, so list a notebook there
 once its deadline has passed.
+
+The solved source is read by distlab.source (its cells, its markers, what a cell defines), as
+the grading side reads it.
 """
 
 from __future__ import annotations
 
-import ast
-import io
-import os
-import re
-import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]  # the course: src/distlab/drills/ is three below
-HEADER = re.compile(r"^# %%(?P<rest>.*)$")
-ATTRIBUTE = re.compile(r'(?P<key>\w+)(?:=(?:"(?P<quoted>[^"]*)"|(?P<bare>\S+)))?')
-MARKER = re.compile(r"#\s*BLANK\b")
-SOLUTION_FENCE = re.compile(r"^\s*### (?:BEGIN|END) SOLUTION\s*$")
+from distlab.source.cells import percent_cells
+from distlab.source.definitions import functions
+from distlab.source.markers import strip_markers
+from distlab.source.paths import solutions_dir
 
 
 class DrillError(ValueError):
@@ -43,11 +40,6 @@ class Snippet:
     source: str  # its solved definition, without marker comments
     cells: tuple[str, ...]  # the notebook's code cells but hidden tests: what it runs beside
     where: str  # file:line of its cell, for messages
-
-
-def solutions_dir() -> Path:
-    """The solved sources; DISTLAB_SOLUTIONS_DIR moves them, as for the rest of the course."""
-    return Path(os.environ.get("DISTLAB_SOLUTIONS_DIR", ROOT / "solutions"))
 
 
 def setting_path(solutions: Path) -> Path:
@@ -73,44 +65,6 @@ def allowed_notebooks(solutions: Path) -> set[str] | None:
     return set(chosen)
 
 
-def percent_cells(text: str) -> list[tuple[dict, str, int]]:
-    """(header attributes, source, line of the header) of each `# %%` cell of a percent file,
-    read without jupytext (seconds to import); autograder.solved reads solution cells with it
-    too, and tests/test_solved.py checks it against jupytext's reading."""
-    cells, lines = [], text.split("\n")
-    starts = [n for n, line in enumerate(lines) if HEADER.match(line)]
-    for index, start in enumerate(starts):
-        stop = starts[index + 1] if index + 1 < len(starts) else len(lines)
-        rest = HEADER.match(lines[start])["rest"]
-        attributes = {m["key"]: m["quoted"] if m["quoted"] is not None else m["bare"]
-                      for m in ATTRIBUTE.finditer(rest.replace("[markdown]", " markdown "))}
-        cells.append((attributes, "\n".join(lines[start + 1:stop]).strip("\n"), start + 1))
-    return cells
-
-
-def definition(code: str, name: str) -> str | None:
-    """The source of the top-level function or class `name` in `code`, decorators included."""
-    lines = code.split("\n")
-    found = None
-    for node in ast.parse(code).body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
-                and node.name == name:
-            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            found = "\n".join(lines[first - 1:node.end_lineno])
-    return found
-
-
-def strip_markers(source: str) -> str:
-    """The code without its `# BLANK ...` comments (the hints and ACCEPT/REJECT lists)."""
-    lines = [line for line in source.split("\n") if not SOLUTION_FENCE.match(line)]
-    cuts = {}
-    for token in tokenize.generate_tokens(io.StringIO("\n".join(lines)).readline):
-        if token.type == tokenize.COMMENT and MARKER.match(token.string):
-            cuts[token.start[0] - 1] = token.start[1]
-    return "\n".join(line[:cuts[row]].rstrip() if row in cuts else line
-                     for row, line in enumerate(lines))
-
-
 def _read(path: Path, assignment: str) -> list[Snippet]:
     text = path.read_text()
     cells = percent_cells(text)
@@ -125,7 +79,7 @@ def _read(path: Path, assignment: str) -> list[Snippet]:
         if not name:
             raise DrillError(f'{where}: `drill` needs a name: drill="function" (or put it on a '
                              'solution cell, whose name it takes)')
-        source = definition(code, name)
+        source = functions(code).get(name)
         if source is None:
             raise DrillError(f"{where}: the drill tag names {name!r}, but this cell defines no "
                              "such function or class")

@@ -56,7 +56,7 @@ def fill_blanks(nb, function: str, fills: dict):
     """Answer each blank number in `fills` of `function`'s solution cell with
     `fills[number](answer)`: what a learner may write there (code outside the blanks is graded
     as released, so a hazard meant to reach the judge goes into a blank)."""
-    from autograder.markers import blank_source
+    from distlab.source.markers import blank_source
 
     cell = nb.cells[index(nb, function)]
     lines = cell.source.split("\n")
@@ -78,7 +78,7 @@ def hazard_in_every_blank(nb, function: str, code: str, **others):
     answer (`others`: other fills, by "b<number>"): no blank alone is to blame, so the function
     earns nothing whatever the search for the wrong blank finds. A blank that is a name after a
     dot cannot hold code: it keeps its answer unless `others` fills it."""
-    from autograder.markers import blank_source
+    from distlab.source.markers import blank_source
 
     cell = nb.cells[index(nb, function)]
     lines = cell.source.split("\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from adversarial import SOLVED, kind
 from adversarial.cells import index
-from autograder.markers import blank_source
+from distlab.source.markers import blank_source
 
 WRONG_FUNCTION, WRONG_BLANK = "ring_allreduce", 2
 

@@ -1,12 +1,15 @@
 """What a notebook cell defines, without what it does: its top-level imports, functions,
 classes and constant assignments. Used to load the solved notebooks as modules (the
 references) and a submission's code in the judge's runner; checks, plots, launches, and any
-patching a learner put at top level are left out."""
+patching a learner put at top level are left out. Also the source of each function a cell
+defines (a drill's snippet, a graded function) and their names (Validate, the notices)."""
 
 from __future__ import annotations
 
 import ast
+import re
 
+_DEF = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.M)
 KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -47,3 +50,13 @@ def definitions(code: str) -> ast.Module | None:
     tree.body = [node for node in tree.body if isinstance(node, KEEP) or (
         isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant))]
     return tree
+
+
+def defined_names(source: str) -> list[str]:
+    """Top-level functions and classes a cell defines (read even when it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return _DEF.findall(source)
+    return [node.name for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]

@@ -54,6 +54,7 @@ class Blank:
     hint: str  # the comment that stays in the release ("" if none)
 
 
+SOLUTION_FENCE = re.compile(r"^\s*### (?:BEGIN|END) SOLUTION\s*$")
 CLAUSE_START = re.compile(r"#\s*(?:ACCEPT|REJECT|SHAPE)\b")
 CLAUSE = re.compile(r"\s*#\s*(?P<kind>ACCEPT|REJECT|SHAPE)\b(?:\s+(?P<which>\d+))?"
                     r"(?P<items>(?:\s*`[^`]+`)+)\s*")
@@ -206,3 +207,15 @@ def check_released(released: str, where: str) -> None:
             line = released.split("\n")[node.lineno - 1].strip()
             raise MarkerError(f"{where}: line {node.lineno} assigns to the blank: {line}\n"
                               "Blank a part of the target (an index) or the value instead")
+
+
+def strip_markers(source: str) -> str:
+    """The solved code without its marker comments (`# BLANK hint`, `# ACCEPT ...`) and
+    without nbgrader's `### BEGIN/END SOLUTION` lines: the code a drill shows."""
+    lines = [line for line in source.split("\n") if not SOLUTION_FENCE.match(line)]
+    cuts = {}
+    for token in tokenize.generate_tokens(io.StringIO("\n".join(lines)).readline):
+        if token.type == tokenize.COMMENT and MARKER.match(token.string):
+            cuts[token.start[0] - 1] = token.start[1]
+    return "\n".join(line[:cuts[row]].rstrip() if row in cuts else line
+                     for row, line in enumerate(lines))
