@@ -72,7 +72,10 @@ def test_in_a_notebook_an_unfilled_blank_shows_its_message_alone():
              "f(1)",
              # a blank that is a whole statement is a bare name Python would step over
              "def g(x):\n    y = [x]\n    _____  # [2] send it\n    return y\n",
-             "g(1)"]
+             "g(1)",
+             # and one that is a whole value: a rank would go on with the blank as its request
+             "def h(x):\n    request = _____  # [3] start it\n    return x\n",
+             "h(1)"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=120).execute()
     [error] = nb.cells[1].outputs
@@ -82,3 +85,6 @@ def test_in_a_notebook_an_unfilled_blank_shows_its_message_alone():
     [error] = nb.cells[3].outputs
     assert error["ename"] == "BlankNotFilled", error
     assert "blank [2] (line 3)" in "\n".join(error["traceback"])
+    [error] = nb.cells[5].outputs
+    assert error["ename"] == "BlankNotFilled", error
+    assert "blank [3] (line 2)" in "\n".join(error["traceback"])

@@ -47,16 +47,20 @@ _____ = _Blank()
 
 
 class CallStatementBlanks(ast.NodeTransformer):
-    """A blank that is a whole statement (`_____  # [2] ...`) is a bare name: Python evaluates it
-    and moves on, so an empty one would pass silently and fail later as a wrong number. In a
-    notebook (an IPython AST transformer, installed by `import distlab`) it becomes `_____()`,
-    which raises `BlankNotFilled` naming it, on whatever rank it runs."""
+    """A blank that is a whole statement (`_____  # [2] ...`) or a whole value (`request = _____`,
+    `return _____`) is a bare name: Python evaluates it and moves on, so an empty one would pass
+    silently and fail later as a wrong number, or as a rank waiting forever for a message never
+    sent. In a notebook (an IPython AST transformer, installed by `import distlab`) it becomes
+    `_____()`, which raises `BlankNotFilled` naming it, on whatever rank it runs."""
 
-    def visit_Expr(self, node):
-        if isinstance(node.value, ast.Name) and node.value.id == BLANK:
-            call = ast.copy_location(ast.Call(func=node.value, args=[], keywords=[]), node.value)
-            return ast.copy_location(ast.Expr(call), node)
+    def _call_if_blank(self, node):
+        self.generic_visit(node)
+        value = getattr(node, "value", None)
+        if isinstance(value, ast.Name) and value.id == BLANK:
+            node.value = ast.copy_location(ast.Call(func=value, args=[], keywords=[]), value)
         return node
+
+    visit_Expr = visit_Assign = visit_AugAssign = visit_AnnAssign = visit_Return = _call_if_blank
 
 
 def _learner_frame(frame):
