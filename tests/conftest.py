@@ -19,8 +19,10 @@ import pytest
 HERE = Path(__file__).parent
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under xdist; else None
 LANE_GRADING = HERE.parent / "grading" / "lanes" / str(WORKER)  # git-ignored, not under /tmp
+# two checkouts testing at once on one machine: give each its own DISTLAB_SANDBOX_FIRST_UID
+FIRST_UID = int(os.environ.get("DISTLAB_SANDBOX_FIRST_UID", "60100"))
 if WORKER:
-    os.environ["DISTLAB_SANDBOX_FIRST_UID"] = str(60100 + 64 * int(WORKER.removeprefix("gw")))
+    os.environ["DISTLAB_SANDBOX_FIRST_UID"] = str(FIRST_UID + 64 * int(WORKER.removeprefix("gw")))
     shutil.rmtree(LANE_GRADING, ignore_errors=True)
     LANE_GRADING.mkdir(parents=True)
     os.environ["DISTLAB_GRADING_DIR"] = str(LANE_GRADING)
