@@ -146,7 +146,9 @@ c.Autograde.sanitize_preprocessors = [
     CheckCellMetadata,
 ]
 # Execute keeping a bounded amount of output, then the judge: the trusted verdict replaces
-# whatever graded cells showed before anything reads their outputs.
+# whatever graded cells showed before anything reads their outputs (so the kernel does not run
+# those cells' hidden tests at all: skip_judged).
+c.CappedExecute.skip_judged = True
 c.Autograde.autograde_preprocessors = [
     CappedExecute,
     JudgeGrades,

@@ -11,6 +11,11 @@ that prints as fast as it can until its time limit, would first fill this (trust
 process's memory, then the autograded notebook and the feedback page. Here output is counted
 in characters as it arrives, per cell and per notebook; past the cap it is dropped and one
 line says so. A message larger than MAX_MESSAGE is not even received from the kernel.
+
+With `skip_judged`, the cells JudgeGrades decides (a graded cell's `grade(fn)`) are not run in
+the kernel: the judge runs their hidden tests outside it and replaces whatever the kernel would
+have shown, so the kernel never needs to import the grading side (autograder.grade_cell and
+the hidden tests under it: a second or two per submission).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from nbclient.output_widget import OutputWidget
 from nbformat.v4 import new_output, output_from_msg
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Int, Unicode
+
+from autograder.preprocessors.judge_grades import judged
 
 MAX_MESSAGE = 64 << 20  # a message from the kernel larger than this is refused
 NOTICE = ("\n... output cut here: the grader keeps {} characters of a cell (fewer once the "
@@ -88,6 +95,8 @@ class CappedExecute(QuietOutputWidgets, Execute):
     sockets = Unicode("", help="Folder for the kernel's IPC sockets ('': TCP on 127.0.0.1); "
                       "set from the sandbox when `sandboxed`").tag(config=True)
     sockets_uid = Int(0, help="The uid the kernel runs as, owner of its sockets").tag(config=True)
+    skip_judged = Bool(False, help="Leave the cells JudgeGrades decides (graded `grade(fn)` "
+                       "cells) unrun: set it where JudgeGrades follows").tag(config=True)
 
     def use_sandbox(self) -> None:
         """This slot's sandboxed kernelspec, its limits and, where the sandbox works, its IPC
@@ -116,6 +125,12 @@ class CappedExecute(QuietOutputWidgets, Execute):
                 shutil.rmtree(self._socket_folder, ignore_errors=True)
                 with contextlib.suppress(OSError):  # no other kernel of the uid uses it
                     os.rmdir(self.sockets)
+
+    def preprocess_cell(self, cell, resources, index):
+        if self.skip_judged and judged(cell):
+            cell.outputs = []  # JudgeGrades writes them
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
 
     def create_kernel_manager(self):
         km = super().create_kernel_manager()

@@ -20,6 +20,13 @@ from autograder.grade_cell import report_text
 GRADE_CALL = re.compile(r"^\s*grade\((\w+)(?:,\s*points=([\d.]+))?\)\s*$", re.M)
 
 
+def judged(cell) -> re.Match | None:
+    """The `grade(fn)` call of a graded cell that the judge decides (None: not such a cell)."""
+    if cell.cell_type != "code" or not utils.is_grade(cell):
+        return None
+    return GRADE_CALL.search(cell.source)
+
+
 class JudgeGrades(NbGraderPreprocessor):
     """Decide the points of `grade(fn)` cells outside the learner's kernel."""
 
@@ -32,8 +39,7 @@ class JudgeGrades(NbGraderPreprocessor):
         code = [c.source for c in nb.cells if c.cell_type == "code" and not utils.is_grade(c)]
         graded = []
         for cell in nb.cells:
-            match = GRADE_CALL.search(cell.source) if cell.cell_type == "code" else None
-            if utils.is_grade(cell) and match:
+            if match := judged(cell):
                 graded.append((cell, match[1], float(match[2]) if match[2] else None))
         from autograder.judge.limits import GradingLimits, slot
 

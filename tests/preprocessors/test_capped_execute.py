@@ -3,6 +3,7 @@
 from nbformat.v4 import new_code_cell, new_notebook
 
 from autograder.preprocessors import CappedExecute
+from distlab.source import paths
 
 KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 
@@ -52,3 +53,26 @@ def test_an_output_widget_keeps_its_outputs_for_feedback_without_echoing_them_to
             if model["model_name"] == "OutputModel"]
     assert kept and kept[0][0]["text"] == "drawn\n", state
     assert nb.cells[1].outputs[0]["text"] == "0\n"  # the kernel's widget heard no echo
+
+
+def test_cells_the_judge_decides_are_not_run_in_the_kernel_when_asked():
+    """With skip_judged (as nbgrader_config.py sets it), is a graded `grade(fn)` cell left
+    unrun (the judge decides it outside the kernel), while an ungraded one beside it runs?
+    Without it, does it run as any cell?"""
+    def notebook():
+        graded = new_code_cell("ran = True\nprint('hidden tests ran')\ngrade(f)")
+        graded.metadata["nbgrader"] = {"grade": True, "grade_id": "f_tests", "points": 1,
+                                       "solution": False, "locked": True}
+        lookalike = new_code_cell("def grade(fn):\n    return 'ungraded'\n\ngrade(f)")
+        return new_notebook(cells=[new_code_cell("ran, f = False, print"), lookalike, graded,
+                                   new_code_cell("print('ran' if ran else 'skipped')")],
+                            metadata=KERNEL)
+
+    for skip, last in ((True, "skipped\n"), (False, "ran\n")):
+        nb = notebook()
+        CappedExecute(timeout=20, kernel_name="python3", skip_judged=skip).preprocess(
+            nb, {"metadata": {"path": "."}})
+        assert nb.cells[3].outputs[0]["text"] == last
+        assert bool(nb.cells[2].outputs) is not skip
+        assert nb.cells[1].outputs[0]["data"]["text/plain"] == "'ungraded'"
+    assert "skip_judged = True" in (paths.ROOT / "nbgrader_config.py").read_text()
