@@ -2,6 +2,7 @@
 
     python -m autograder.strength                      # every assignment in solutions/
     python -m autograder.strength 01_collectives --jobs 2 [--seeds 3] [--verbose]
+    python -m autograder.strength --sample             # one mutant of each kind per blank
 
 For every blank of every solution cell, autograder.mutants makes wrong answers from the
 reference answer. Each one goes into its blank alone (the other blanks keep their answers), the
@@ -14,6 +15,12 @@ gives blanks, mutants, caught and accepted, then one line per failure with the b
 file:line; the exit status is 1 on any failure. The give-away check (autograder/giveaway.py:
 can a blank be filled by copying text shown before it?) runs first, on the same notebooks,
 and fails the command too.
+
+`--sample` (what `make test` runs) keeps, of each blank's generated mutants, one of each kind
+(`other name`, `off by one`, ...: the one whose text hashes lowest, so the same one every run)
+and every ACCEPT and REJECT: about a quarter of the mutants, every way of being wrong that a
+blank has. The exhaustive check (no `--sample`: `make strength`, `make test-all`) adds the
+other mutants of each kind: another name, another attribute of the same kind.
 
 Mutants run in worker processes forked from this one once the references, the hidden tests and
 torch are imported; each worker keeps its own rank launcher warm for the real-rank tests. A
@@ -35,6 +42,7 @@ import sys
 import tempfile
 import time
 import types
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Pipe, wait
@@ -171,8 +179,23 @@ def namespace(assignment: str, solutions: Path = paths.SOLUTIONS) -> dict:
     return _modules[key]
 
 
-def plan(assignment: str, solutions: Path = paths.SOLUTIONS) -> list[BlankCase]:
-    """Every blank of an assignment with its mutants and mutated cells; nothing run yet."""
+def sampled(mutants: list[Mutant]) -> list[Mutant]:
+    """Every ACCEPT and REJECT, and one generated mutant of each kind (the lowest crc32 of its
+    text: stable across runs and machines), in their order."""
+    chosen: dict[str, Mutant] = {}
+    for mutant in mutants:
+        if mutant.kind not in ("ACCEPT", "REJECT"):
+            best = chosen.get(mutant.kind)
+            if best is None or zlib.crc32(mutant.text.encode()) < zlib.crc32(best.text.encode()):
+                chosen[mutant.kind] = mutant
+    keep = {id(m) for m in chosen.values()}
+    return [m for m in mutants if m.kind in ("ACCEPT", "REJECT") or id(m) in keep]
+
+
+def plan(assignment: str, solutions: Path = paths.SOLUTIONS,
+         sample: bool = False) -> list[BlankCase]:
+    """Every blank of an assignment with its mutants and mutated cells; nothing run yet.
+    `sample`: only `sampled(...)` of each blank's mutants."""
     path = paths.source_path(assignment, solutions)
     shown = path.relative_to(paths.ROOT) if path.is_relative_to(paths.ROOT) else path
     nb = solved.load(assignment, solutions)
@@ -194,6 +217,8 @@ def plan(assignment: str, solutions: Path = paths.SOLUTIONS) -> list[BlankCase]:
                              [name] if name in tests else tested, index, cell.source)
             cases.append(case)
             _mutate(case, cell.source, template, blanks, holder, names, solved_dump)
+            if sample:
+                case.mutants = sampled(case.mutants)
     return cases
 
 
@@ -406,6 +431,7 @@ class Report:
     assignment: str
     cases: list[BlankCase]
     errors: list[str] = field(default_factory=list)  # e.g. a reference failing its own test
+    sampled: bool = False  # one generated mutant of each kind per blank
 
     def counts(self, cases: list[BlankCase] | None = None) -> dict:
         pairs = [(m, case.outcomes.get(m.text)) for case in (cases or self.cases)
@@ -435,7 +461,8 @@ class Report:
 
     def text(self, verbose: bool = False) -> str:
         c = self.counts()
-        out = [f"{self.assignment}: {c['blanks']} blanks, {c['mutants']} mutants, "
+        mutants = "mutants (one of each kind per blank)" if self.sampled else "mutants"
+        out = [f"{self.assignment}: {c['blanks']} blanks, {c['mutants']} {mutants}, "
                f"{c['caught']} caught ({c['by timeout']} by timeout), {c['accepted']} accepted "
                f"({c['seconds']:.1f} s of mutant runs)"]
         for name in dict.fromkeys(case.function for case in self.cases):
@@ -456,16 +483,19 @@ class Report:
 
 
 def check(ids: list[str] | None = None, jobs: int | None = None, seeds: int = 1,
-          timeout: float | None = None, solutions: Path = paths.SOLUTIONS) -> list[Report]:
+          timeout: float | None = None, solutions: Path = paths.SOLUTIONS,
+          sample: bool = False) -> list[Report]:
     """The check on assignments `ids` (default: all), one Report each. `seeds`: students'
-    seeds per hidden test; `timeout`: seconds per mutant (default: from its reference)."""
+    seeds per hidden test; `timeout`: seconds per mutant (default: from its reference);
+    `sample`: one mutant of each kind per blank (see the module's docstring)."""
     import torch  # noqa: F401 - imported here, once, before the workers fork
 
     import autograder.grade_cell  # noqa: F401
     import distlab  # noqa: F401
 
     ids = ids or paths.assignment_ids(solutions)
-    reports = [Report(assignment, plan(assignment, solutions)) for assignment in ids]
+    reports = [Report(assignment, plan(assignment, solutions, sample), sampled=sample)
+               for assignment in ids]
     students = [""] + [f"strength-{k}" for k in range(1, seeds)]
     workers = Workers(jobs or len(os.sched_getaffinity(0)))
     try:
@@ -528,13 +558,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="students' seeds per hidden test (default 1)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds per mutant (default: from its reference's time)")
+    parser.add_argument("--sample", action="store_true",
+                        help="one mutant of each kind per blank, and every ACCEPT and REJECT")
     parser.add_argument("--verbose", "-v", action="store_true", help="every mutant's verdict")
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
         # the give-away check first: it reads the sources only, and answers in seconds
         given = giveaway.check(args.ids or None)
-        reports = check(args.ids, args.jobs, args.seeds, args.timeout)
+        reports = check(args.ids, args.jobs, args.seeds, args.timeout, sample=args.sample)
     except MarkerError as err:
         print(f"blank strength: {err}")
         return 1

@@ -5,8 +5,9 @@ the other lane fills that time.
 - Each worker grades in its own grading folder with its own sandbox uids, as two graders on one
   machine must: a uid's process limit, memory cgroup and kernel sockets belong to one sandbox
   at a time, and a grading folder's kernelspecs to one grader.
-- Each module is one unit of work (its module fixtures are built once), and the three modules
-  that grade in `make grade` batches are one unit: they share the session's release.
+- Each module is one unit of work (its module fixtures are built once), and the two modules
+  that grade every notebook in `make grade` batches are one unit: they share the lane's
+  release of the course (test_adversarial grades 01 alone, and releases it alone).
 - The longest units go first (measured on 2 cores), so that the lanes end together.
 """
 
@@ -27,14 +28,15 @@ if WORKER:
     LANE_GRADING.mkdir(parents=True)
     os.environ["DISTLAB_GRADING_DIR"] = str(LANE_GRADING)
 
-GRADING_BATCHES = ("system/test_adversarial.py", "system/test_grading.py",
-                   "system/test_adversarial_notebooks.py")
-# the other long units, longest first (seconds alone on 2 cores, in parentheses)
+GRADING_BATCHES = ("system/test_grading.py", "system/test_adversarial_notebooks.py")  # 700
+# the other long units, longest first (seconds in a lane of `make test`, in parentheses)
 LONGEST_FIRST = (
+    "system/test_adversarial.py",  # 410
+    "system/test_blank_strength.py",  # 200 (sampled)
     "system/test_browser.py",  # 210
-    "system/test_blank_strength.py",  # 140
-    "system/test_exchange.py",  # 110
+    "system/test_exchange.py",  # 150
     "test_collectives.py",  # 70
+    "test_shortcuts.py",  # 60
     "test_data_parallel.py",  # 60
     "system/test_batch_timeouts.py",  # 50
     "judge/test_judge.py",  # 50
@@ -49,6 +51,12 @@ LONGEST_FIRST = (
     "system/test_drills_browser.py",  # 20
     "test_cost_models.py",  # 20
 )
+
+
+def pytest_addoption(parser):
+    parser.addoption("--exhaustive", action="store_true",
+                     help="the strength check with every mutant (make test-all), not one of "
+                     "each kind per blank")
 
 
 def module_of(nodeid: str) -> str:

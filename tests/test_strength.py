@@ -193,3 +193,19 @@ def test_the_command_line_exits_1_on_a_survivor(tmp_path, hidden, monkeypatch, c
     out = capsys.readouterr().out
     assert out.startswith("00_toy: 1 blanks, ") and "blank strength: FAILED" in out
     assert "give-away: ok" in out  # the toy's one blank is a short answer
+
+
+def test_the_sample_keeps_every_kind_and_every_hand_written_answer_the_same_each_run():
+    """Does --sample keep every ACCEPT and REJECT and exactly one mutant of each generated
+    kind, the same one on every run, in the original order?"""
+    from autograder.mutants import Mutant
+
+    mutants = [Mutant("a", "other name"), Mutant("b", "other name"), Mutant("n + 1", "off by one"),
+               Mutant("c", "other name"), Mutant("x", "REJECT"), Mutant("y", "ACCEPT", True),
+               Mutant("n - 1", "off by one")]
+    kept = strength.sampled(mutants)
+    assert kept == strength.sampled(list(mutants))
+    assert [m.text for m in kept if m.kind in ("REJECT", "ACCEPT")] == ["x", "y"]
+    kinds = [m.kind for m in kept if m.kind not in ("REJECT", "ACCEPT")]
+    assert sorted(kinds) == ["off by one", "other name"]
+    assert [m for m in mutants if m in kept] == kept

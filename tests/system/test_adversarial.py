@@ -253,7 +253,7 @@ def runs(tmp_path_factory, start_from_release):
         names = HONEST + [n for n in ADVERSARIES if KINDS[n].batch == batch]
         base = tmp_path_factory.mktemp(f"batch{batch}")
         (base / "grading").mkdir()
-        start_from_release(base / "grading")
+        start_from_release(base / "grading", (ASSIGNMENT,))
         batches[batch] = grade_batch(names, base)
     for batch, run in batches.items():
         print(run["result"].stdout)

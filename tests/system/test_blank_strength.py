@@ -1,7 +1,10 @@
-"""The blank-strength check on every notebook, as `make strength` runs it: every plausible wrong
-answer of every blank fails its hidden test, every ACCEPT passes, and no blank is given away.
-(A test here, not a step after pytest, so that it runs in a lane of its own beside the grading
-batches.)"""
+"""The blank-strength check on every notebook: every plausible wrong answer of every blank fails
+its hidden test, every ACCEPT passes, and no blank is given away. (A test here, not a step
+after pytest, so that it runs in a lane of its own beside the grading batches.)
+
+`make test` runs it sampled (`--sample`: one generated mutant of each kind per blank, every
+ACCEPT and REJECT, about a quarter of the mutants); `make test-all` (pytest --exhaustive) and
+`make strength` run every mutant."""
 
 import subprocess
 import sys
@@ -9,10 +12,12 @@ import sys
 from distlab.source import paths
 
 
-def test_every_blank_of_every_notebook_is_strong():
+def test_every_blank_of_every_notebook_is_strong(request):
     """Does `python -m autograder.strength` pass on the whole course?"""
-    result = subprocess.run([sys.executable, "-m", "autograder.strength", "--jobs", "2"],
-                            cwd=paths.ROOT, capture_output=True, text=True, timeout=1500)
+    sample = [] if request.config.getoption("exhaustive") else ["--sample"]
+    result = subprocess.run([sys.executable, "-m", "autograder.strength", "--jobs", "2",
+                             *sample], cwd=paths.ROOT, capture_output=True, text=True,
+                            timeout=1500)
     assert "blank strength: ok" in result.stdout, result.stdout[-8000:] + result.stderr[-4000:]
     # the give-away verdict per notebook is tests/test_giveaway.py's; here: it ran, and the
     # exit status follows it
