@@ -144,13 +144,10 @@ show_grid((2, 2, 2), group_ranks)
 # `mesh.get_coordinate()` this rank's coordinates. The check compares them on 8 ranks.
 
 # %%
-NAMES = ("pp", "dp", "tp")
-
-
 def build_groups(shape):
     """This rank's {"pp": group, "dp": group, "tp": group}, made with dist.new_group."""
     mine = {}
-    for dim, name in enumerate(NAMES):
+    for dim, name in enumerate(("pp", "dp", "tp")):
         for ranks in group_ranks(shape, dim):
             group = dist.new_group(ranks)  # every rank creates every group
             if dist.get_rank() in ranks:
@@ -160,9 +157,10 @@ def build_groups(shape):
 
 def compare_with_mesh(rank, world_size, shape):
     groups = build_groups(shape)
-    mesh = init_device_mesh("cpu", shape, mesh_dim_names=NAMES)
-    ours = {name: dist.get_process_group_ranks(groups[name]) for name in NAMES}
-    theirs = {name: dist.get_process_group_ranks(mesh[name].get_group()) for name in NAMES}
+    names = ("pp", "dp", "tp")
+    mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
+    ours = {name: dist.get_process_group_ranks(groups[name]) for name in names}
+    theirs = {name: dist.get_process_group_ranks(mesh[name].get_group()) for name in names}
     return ours, theirs, mesh_coords(rank, shape), tuple(mesh.get_coordinate())
 
 
@@ -182,7 +180,9 @@ print("✓ your groups and coordinates are the DeviceMesh's, on every rank")
 # and $W_2$ (hidden, ff). Tiny, and in float64, so that rounding cannot hide a mistake.
 
 # %%
-HIDDEN, FF, SEQ = 8, 16, 3
+HIDDEN = 8  # the blocks' width
+FF = 16  # the MLP's inner width
+SEQ = 3  # positions per row of the batch
 
 
 class Block(nn.Module):
@@ -490,13 +490,13 @@ def run_3d(rank, world_size, shape, count=False):
     p = mesh_coords(rank, shape)[0]
     blocks = make_model(shape[0])  # one block per stage
     stage = nn.Sequential(TPBlock(blocks[p], groups["tp"]))
-    names = {name: dist.get_process_group_ranks(groups[name]) for name in NAMES}
+    names = {name: dist.get_process_group_ranks(group) for name, group in groups.items()}
     if not count:
         train_3d(stage, *make_batch(), groups)
         return [t.detach() for t in stage.parameters()]
     with count_by_group(names) as calls:
         train_3d(stage, *make_batch(), groups, steps=1)
-    return {name: calls.bytes_by(name) for name in NAMES}
+    return {name: calls.bytes_by(name) for name in names}
 
 
 require_filled(train_3d)
