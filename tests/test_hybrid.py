@@ -74,7 +74,7 @@ def test_every_blank_has_a_wrong_variant():
 
 
 @pytest.mark.parametrize(("wrong", "says"), [
-    ("None", "over the world (all 4 ranks) instead of its DP group"),
+    ("None", "over the world (all 2 ranks, here also its TP group) instead of its DP group"),
     ('groups["tp"]', "in its TP group"),
 ])
 def test_a_gradient_averaged_in_the_wrong_group_is_named(wrong, says):

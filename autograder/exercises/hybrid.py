@@ -261,7 +261,7 @@ def _run_2d(fn, rank, case):
     model = nn.Sequential(*[_tp_block(b, groups["tp"][0]) for b in
                             _model(case["blocks"], case["hidden"], case["ff"], case["seed"])])
     x, y = _batch(case["rows"], case["seq"], case["hidden"], case["seed"])
-    with recording(flops=False, saved=False) as rec:
+    with recording(saved=False) as rec:
         fn(model, x, y, _groups_for_learner(groups), steps=case["steps"], lr=case["lr"])
     return {"params": [p.detach().clone() for p in model.parameters()], "rec": rec.summary()}
 
@@ -275,7 +275,7 @@ def _run_3d(fn, rank, case):
     blocks = _model(shape[0], case["hidden"], case["ff"], case["seed"])
     stage = nn.Sequential(_tp_block(blocks[p], groups["tp"][0]))
     x, y = _batch(case["rows"], case["seq"], case["hidden"], case["seed"])
-    with recording(flops=False, saved=False) as rec:
+    with recording(saved=False) as rec:
         fn(stage, x, y, _groups_for_learner(groups), steps=case["steps"], lr=case["lr"],
            micro_batches=case["micro_batches"])
     return {"params": [t.detach().clone() for t in stage.parameters()], "rec": rec.summary()}
@@ -292,18 +292,34 @@ def _entries(results, index):
 
 
 def _train_plain(blocks, hidden, ff, seq, rows, seed, steps, lr):
+    """The model after plain SGD on the whole batch, and the matmul FLOPs that took."""
     import torch
     import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
 
     model = _model(blocks, hidden, ff, seed)
     x, y = _batch(rows, seq, hidden, seed)
-    for _ in range(steps):
-        model.zero_grad()
-        F.mse_loss(model(x), y).backward()
-        with torch.no_grad():
-            for p in model.parameters():
-                p -= lr * p.grad
-    return model
+    counter = FlopCounterMode(display=False)
+    with counter:
+        for _ in range(steps):
+            model.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= lr * p.grad
+    return model, int(counter.get_total_flops())
+
+
+def _check_share(where, rank, flops, whole, shape):
+    """A rank's matmul FLOPs against its 1/(pp dp tp) share of single-process training's."""
+    n = math.prod(shape)
+    share = whole / n
+    if n > 1 and flops > FLOP_SLACK * share:
+        raise AssertionError(f"{where}: rank {rank} did {flops} matmul FLOPs, "
+                             f"{flops / share:.2g}x its 1/{n} share of training on one process "
+                             f"({share:g}): each replica computes its own rows of the batch "
+                             "only, each TP rank its part of the weights, each stage its "
+                             "blocks")
 
 
 def _trusted_order(block, t, n):
@@ -361,12 +377,6 @@ def TPBlock(cls, rng):  # noqa: N802 - the exercise is named after the learner's
             for rank, (_, got) in enumerate(entries):
                 t = _oracle_coords(rank, shape)[2]
                 tp_ranks = _oracle_groups(shape, 2)[rank // tp]
-                check_tensor(got["out"], want.detach(), where, rank, "the output",
-                             "the plain block gives")
-                if got["x_grad"] is None:
-                    raise AssertionError(f"{where}: rank {rank}'s input got no gradient")
-                check_tensor(got["x_grad"], x.grad, where, rank, "the input's gradient",
-                             "the plain block gives")
                 held = sorted(tuple(v[0].shape) for v in got["params"].values())
                 parts, part_grads = _parts(block, t, tp), _parts(block, t, tp, grads=True)
                 wanted = sorted(tuple(v.shape) for v in parts.values())
@@ -375,6 +385,12 @@ def TPBlock(cls, rng):  # noqa: N802 - the exercise is named after the learner's
                                          f"{held}; TP rank {t} of {tp} holds {wanted}: its rows "
                                          "of fc1 (and of its bias), its columns of fc2, the "
                                          "LayerNorm and fc2's bias whole")
+                check_tensor(got["out"], want.detach(), where, rank, "the output",
+                             "the plain block gives")
+                if got["x_grad"] is None:
+                    raise AssertionError(f"{where}: rank {rank}'s input got no gradient")
+                check_tensor(got["x_grad"], x.grad, where, rank, "the input's gradient",
+                             "the plain block gives")
                 for name, part in parts.items():
                     match = [v for v in got["params"].values() if v[0].shape == part.shape
                              and torch.allclose(v[0], part, atol=1e-12)]
@@ -429,18 +445,21 @@ def _check_dp_average(where, rank, rec, shape, n, n_params, steps, blocks):
     if made == want:
         return
     world = tuple(range(n))
-    if made.get(world) and world not in want:
-        raise AssertionError(f"{where}: rank {rank} all-reduced {made[world]} gradient(s) over "
-                             f"the world (all {n} ranks) instead of its DP group {dp_ranks}: "
-                             "the world mixes the parts of different TP ranks (and stages); "
-                             "a gradient is averaged only with the copies of the same "
-                             "parameter, on the other replicas")
-    extra_tp = made.get(tuple(tp_ranks), 0) - want.get(tuple(tp_ranks), 0)
-    if dp_ranks != tp_ranks and extra_tp > 0:
-        raise AssertionError(f"{where}: rank {rank} all-reduced {extra_tp} gradient(s) in its "
-                             f"TP group {tp_ranks} instead of its DP group {dp_ranks}: the TP "
-                             "ranks hold different parts of a weight; its copies are on the "
-                             "other replicas")
+    for ranks, count in made.items():
+        extra = count - want.get(ranks, 0)
+        if extra <= 0 or list(ranks) == dp_ranks:
+            continue
+        if ranks == world:
+            also = ", here also its TP group" if list(ranks) == tp_ranks else ""
+            named = f"over the world (all {n} ranks{also})"
+        elif list(ranks) == tp_ranks:
+            named = f"in its TP group {tp_ranks}"
+        else:
+            named = f"in the group {list(ranks)}"
+        raise AssertionError(f"{where}: rank {rank} all-reduced {extra} gradient(s) {named} "
+                             f"instead of its DP group {dp_ranks}: a gradient is averaged only "
+                             "with the copies of the same parameter, on the other replicas "
+                             "(the TP ranks of a replica hold different parts of a weight)")
     shown = {list(k).__repr__(): v for k, v in made.items()}
     raise AssertionError(f"{where}: rank {rank} made all-reduces {shown} (group: count); "
                          f"expected {n_params} per step in its DP group {dp_ranks}, besides "
@@ -469,12 +488,13 @@ def train_2d(fn, rng):
                      f"hidden={case['hidden']}, ff={case['ff']}, {case['rows']} rows")
             entries = _entries(results, index)
             first_rank_failure(where, entries)
-            model = _train_plain(case["blocks"], case["hidden"], case["ff"], case["seq"],
-                                 case["rows"], case["seed"], case["steps"], case["lr"])
+            model, whole = _train_plain(case["blocks"], case["hidden"], case["ff"], case["seq"],
+                                        case["rows"], case["seed"], case["steps"], case["lr"])
             for rank, (_, got) in enumerate(entries):
                 _check_dp_average(where, rank, got["rec"], shape, n, 6 * case["blocks"],
                                   case["steps"], case["blocks"])
                 _check_params(where, rank, got["params"], model, shape)
+                _check_share(where, rank, got["rec"]["flops"], whole, shape)
 
 
 @exercise
@@ -502,11 +522,12 @@ def train_3d(fn, rng):
                      f"{case['rows']} rows")
             entries = _entries(results, index)
             first_rank_failure(where, entries)
-            model = _train_plain(pp, case["hidden"], case["ff"], case["seq"], case["rows"],
-                                 case["seed"], case["steps"], case["lr"])
+            model, whole = _train_plain(pp, case["hidden"], case["ff"], case["seq"],
+                                        case["rows"], case["seed"], case["steps"], case["lr"])
             for rank, (_, got) in enumerate(entries):
                 _check_pipeline(where, rank, got["rec"], shape, case)
                 _check_params(where, rank, got["params"], model, shape, stage_blocks=True)
+                _check_share(where, rank, got["rec"]["flops"], whole, shape)
 
 
 def _check_pipeline(where, rank, rec, shape, case):

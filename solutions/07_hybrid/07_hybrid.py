@@ -550,7 +550,24 @@ def group_bytes(dims, shape, rows, micro_batches, itemsize=8):
     }
 
 
+# %%
+require_filled(group_bytes)
+mine = group_bytes({"blocks": 2, "hidden": HIDDEN, "ff": FF, "seq": SEQ}, (2, 2, 2), 8, 2)
+assert mine["tp"] == 2 * 4 * SEQ * HIDDEN * 8, "TP: g and f, each on the replica's 4 rows"
+assert mine["pp"] == 2 * 4 * SEQ * HIDDEN * 8, "PP: the activations forward, their gradient back"
+print("bytes predicted for one step of section 3's run:", mine)
+
+# %% tests="group_bytes_tests" points=1
+# Hidden tests (1 point): random model sizes, layouts, batches, micro-batches and value sizes.
+### BEGIN HIDDEN TESTS
+from autograder.grade_cell import grade
+grade(group_bytes)
+### END HIDDEN TESTS
+
 # %% [markdown]
+# The check of section 3's run, counted (`count_by_group` records each all-reduce with its
+# group's ranks, each send and recv with the pipeline of its two ranks).
+#
 # Notebook 02's analyzer makes the same kind of prediction for a GPT-like layer, with its own
 # assumptions: $\Psi = 12 L h^2$ parameters (attention and MLP weights; no biases or norms),
 # 16-bit values, 4 TP all-reduces per layer per micro-batch (attention's and the MLP's, forward
@@ -570,7 +587,6 @@ def analyzer_02(dims, shape, rows, micro_batches, nbytes=2):
 
 
 DIMS = {"blocks": 2, "hidden": HIDDEN, "ff": FF, "seq": SEQ}
-require_filled(group_bytes)
 predicted = group_bytes(DIMS, (2, 2, 2), 8, 2)
 analyzer = analyzer_02(DIMS, (2, 2, 2), 8, 2)
 measured = run(run_3d, (2, 2, 2), True, world_size=8)
