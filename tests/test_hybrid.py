@@ -27,8 +27,7 @@ WRONG = [
     ("TPBlock", 1, "(block.fc1.weight[:, part], block.fc1.bias[part])"),  # fc1's columns
     ("TPBlock", 2, "block.fc2.weight[part]"),  # fc2's rows
     ("TPBlock", 3, "x + self.g.apply(F.linear(h, self.w2, self.b2))"),  # b2 added tp times
-    ("train_2d", 1, "(x.chunk(dist.get_world_size())[dist.get_rank()], "
-                    "y.chunk(dist.get_world_size())[dist.get_rank()])"),
+    ("train_2d", 1, "(dist.get_rank(), dist.get_world_size())"),  # the global rank
     ("train_2d", 2, "None"),  # the world
     ("train_3d", 1, 'groups["dp"]'),
     ("train_3d", 2, "inputs[m]"),  # the activation instead of its gradient

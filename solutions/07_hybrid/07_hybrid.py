@@ -327,10 +327,11 @@ grade(TPBlock)
 
 # %% solution="train_2d" drill
 def train_2d(model, x, y, groups, steps=3, lr=0.1):
-    """SGD on a model of TPBlocks (over groups["tp"]), data-parallel over groups["dp"]; x, y
-    the whole batch (the same on every rank). Returns the model."""
-    d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"])
-    x, y = x.chunk(n_d)[d], y.chunk(n_d)[d]  # BLANK this replica's rows # ACCEPT `(x.tensor_split(n_d)[d], y.tensor_split(n_d)[d])` # REJECT `(x.chunk(dist.get_world_size())[dist.get_rank()], y.chunk(dist.get_world_size())[dist.get_rank()])`
+    """SGD on a model of TPBlocks, tensor-parallel in its TP group and data-parallel across
+    replicas; groups: this rank's process groups by name ("pp", "dp", "tp"); x, y the whole
+    batch (the same on every rank). Returns the model."""
+    d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"])  # BLANK which replica is this rank's, of how many? # REJECT `(dist.get_rank(), dist.get_world_size())` `(dist.get_rank(groups["tp"]), dist.get_world_size(groups["tp"]))`
+    x, y = x.chunk(n_d)[d], y.chunk(n_d)[d]  # this replica's rows
     for _ in range(steps):
         model.zero_grad()
         F.mse_loss(model(x), y).backward()
@@ -447,8 +448,9 @@ print("✓ parallelize_module + fully_shard train exactly like one process, too"
 
 # %% solution="train_3d" drill
 def train_3d(stage, x, y, groups, steps=2, lr=0.1, micro_batches=2):
-    """SGD with GPipe over groups["pp"] (stage: this rank's part of the model), TP inside it,
-    DP over groups["dp"]; x, y the whole batch (the same on every rank). Returns stage."""
+    """SGD with GPipe along the pipeline (stage: this rank's part of the model), TP inside
+    each stage, DP across replicas; groups: this rank's groups by name; x, y the whole batch
+    (the same on every rank). Returns stage."""
     pipeline = dist.get_process_group_ranks(groups["pp"])  # BLANK `groups["pp"]` the ranks of this rank's pipeline, stage by stage # REJECT `groups["dp"]` `groups["tp"]`
     p, last = pipeline.index(dist.get_rank()), len(pipeline) - 1
     d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"])

@@ -13,7 +13,7 @@ SHORTCUTS = [
                             "(dist.get_world_size() - 1) * self.b2"},
              "fc2's bias added on every rank, then taken off the world's count", "output"),
     Shortcut("train_2d", {2: "None"}, "gradients averaged over the world", "world"),
-    Shortcut("train_2d", {1: "(x, y)"}, "every replica trains on the whole batch",
+    Shortcut("train_2d", {1: "(0, 1)"}, "every replica trains on the whole batch",
              "share of training"),
     Shortcut("train_3d", {2: "torch.zeros_like(inputs[m])"},
              "no gradient goes back to the earlier stages", "single-process SGD"),
@@ -31,7 +31,7 @@ HONEST = [
              "the other coordinates, by enumerate"),
     Shortcut("TPBlock", {1: "(block.fc1.weight[part, :], block.fc1.bias[part])",
                          2: "block.fc2.weight.T[part].T"}, "the parts taken otherwise"),
-    Shortcut("train_2d", {1: "(x.tensor_split(n_d)[d], y.tensor_split(n_d)[d])",
-                          2: 'groups.get("dp")'}, "tensor_split, and the group by get"),
+    Shortcut("train_2d", {1: '(groups["dp"].rank(), groups["dp"].size())',
+                          2: 'groups.get("dp")'}, "the group's own rank and size methods"),
     Shortcut("train_3d", {1: 'groups.get("pp")'}, "the pipeline's group by get"),
 ]
