@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import math
+import numbers
 
 from autograder.exercises import exercise
 from autograder.exercises.checks import (
@@ -59,12 +60,15 @@ def mesh_coords(fn, rng):
     for shape in _shapes(rng, 12):
         for rank in range(math.prod(shape)):
             want = _oracle_coords(rank, shape)
-            got = fn(rank, shape)
+            out = fn(rank, shape)
             try:
-                got = tuple(int(c) for c in got)
+                got = tuple(int(c) for c in out)
+                whole = all(isinstance(c, numbers.Integral) for c in out) and len(got) == 3
             except (TypeError, ValueError):
-                raise AssertionError(f"mesh_coords({rank}, {shape}) returned {got!r}: expected "
-                                     "three integers (p, d, t)") from None
+                whole = False
+            if not whole:
+                raise AssertionError(f"mesh_coords({rank}, {shape}) returned {out!r}: expected "
+                                     "three integers (p, d, t), not floats")
             if got != want:
                 raise AssertionError(f"mesh_coords({rank}, {shape}) is {got}, expected {want} "
                                      "(tp changes fastest, then dp, then pp)")

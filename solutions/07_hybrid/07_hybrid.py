@@ -76,7 +76,7 @@ from distlab.hybrid import count_by_group, show_bytes, show_grid, show_layouts
 def mesh_coords(rank, shape):
     """(p, d, t): rank's coordinates in a grid of shape (pp, dp, tp), tp changing fastest."""
     pp, dp, tp = shape
-    return rank // (dp * tp), rank // tp % dp, rank % tp  # BLANK three coordinates # ACCEPT `(rank // (dp * tp), (rank // tp) % dp, rank % tp)` `(rank // tp // dp, rank // tp % dp, rank % tp)` # REJECT `(rank // (dp * tp), rank % dp, rank % tp)` `(rank % pp, rank // tp % dp, rank // (pp * dp))`
+    return rank // (dp * tp), rank // tp % dp, rank % tp  # BLANK three coordinates # ACCEPT `(rank // tp // dp, rank // tp % dp, rank % tp)` # REJECT `(rank // (dp * tp), rank % dp, rank % tp)` `(rank % pp, rank // tp % dp, rank // (pp * dp))`
 
 
 # %%
@@ -102,7 +102,7 @@ grade(mesh_coords)
 # dimension, each as its ranks in increasing order. (Python tuples slice and add like lists:
 # `(1, 2, 3)[:1] + (1, 2, 3)[2:]` is `(1, 3)`.)
 
-# %% solution="group_ranks" drill
+# %% solution="group_ranks"
 def group_ranks(shape, dim):
     """Every group along dimension dim (0 pp, 1 dp, 2 tp) of a grid of shape (pp, dp, tp): a
     list of lists of ranks, each list in increasing order."""
@@ -446,7 +446,7 @@ print("✓ parallelize_module + fully_shard train exactly like one process, too"
 # every backward, each stage sending the gradient of its **input** back. The DP all-reduce comes
 # once, after the last micro-batch.
 
-# %% solution="train_3d" drill
+# %% solution="train_3d"
 def train_3d(stage, x, y, groups, steps=2, lr=0.1, micro_batches=2):
     """SGD with GPipe along the pipeline (stage: this rank's part of the model), TP inside
     each stage, DP across replicas; groups: this rank's groups by name; x, y the whole batch
@@ -547,7 +547,7 @@ def group_bytes(dims, shape, rows, micro_batches, itemsize=8):
     replicated = 3 * hidden  # the LayerNorm's weight and bias, b2
     return {
         "tp": 2 * stage_blocks * activations if tp > 1 else 0,
-        "dp": stage_blocks * (sharded / tp + replicated) * itemsize if dp > 1 else 0,  # BLANK `stage_blocks * (sharded / tp + replicated) * itemsize` # ACCEPT `(sharded // tp + replicated) * stage_blocks * itemsize` # REJECT `stage_blocks * (sharded + replicated) / tp * itemsize` `stage_blocks * (sharded + replicated) * itemsize`
+        "dp": stage_blocks * (sharded / tp + replicated) * itemsize if dp > 1 else 0,  # BLANK `stage_blocks * (sharded / tp + replicated) * itemsize` # ACCEPT `stage_blocks * (sharded // tp + replicated) * itemsize` # REJECT `stage_blocks * (sharded + replicated) / tp * itemsize` `stage_blocks * (sharded + replicated) * itemsize`
         "pp": 2 * min(pp - 1, 2) * activations,
     }
 
