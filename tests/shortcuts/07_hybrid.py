@@ -11,7 +11,7 @@ SHORTCUTS = [
              "every TP rank computes the whole block", "holds parameters of shapes"),
     Shortcut("TPBlock", {3: "x + self.g.apply(F.linear(h, self.w2, self.b2)) - "
                             "(dist.get_world_size() - 1) * self.b2"},
-             "fc2's bias added on every rank, then taken off the world's count", "output"),
+             "fc2's bias added on every rank, then taken off the world's count", "fc2.bias"),
     Shortcut("train_2d", {2: "None"}, "gradients averaged over the world", "world"),
     Shortcut("train_2d", {1: "(0, 1)"}, "every replica trains on the whole batch",
              "share of training"),
