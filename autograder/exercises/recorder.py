@@ -98,6 +98,13 @@ def _group_ranks(group) -> list[int] | None:
 
     with contextlib.suppress(Exception):
         return [int(r) for r in dist.get_process_group_ranks(_process_group(group))]
+    with contextlib.suppress(Exception):  # a backend object: the group that owns it
+        from torch.distributed.distributed_c10d import _world
+
+        for pg, ranks in _world.pg_group_ranks.items():
+            with contextlib.suppress(Exception):
+                if pg._get_backend(torch.device("cpu")) is group:
+                    return sorted(ranks, key=ranks.get)  # global rank -> rank in the group
     return None
 
 
