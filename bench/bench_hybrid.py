@@ -4,7 +4,8 @@ and the bytes each group moved against the reference prediction and notebook 02'
     python -m bench.bench_hybrid
 
 The pieces are the notebook's, from solutions/07_hybrid (loaded with autograder.reference):
-its Block model (one block per pipeline stage, each split over its TP group by the reference
+its Block model (one block per pipeline stage, so every rank computes one block, its TP part,
+whatever the layout; each split over its TP group by the reference
 `TPBlock`), the groups of the reference `group_ranks`, one step of the reference `train_3d`
 (GPipe over PP, 2 micro-batches, the gradient average over DP), on a batch of ROWS rows. The
 notebook's widths (hidden 8, ff 16) make the step all latency; here WIDE makes each message a

@@ -438,9 +438,9 @@ print("✓ parallelize_module + fully_shard train exactly like one process, too"
 # ## 3. Three dimensions: pipeline stages over PP
 #
 # Now 8 ranks, shape (2, 2, 2): stage $p$ holds block $p$ (split over its TP group, replicated
-# over its DP group). The ranks of one **pipeline** are a PP group: `dist.get_process_group_ranks
-# (group)` lists a group's global ranks in order, so stage $p$'s neighbours are the entries
-# $p - 1$ and $p + 1$ of that list. Each replica's rows are cut into micro-batches and run as
+# over its DP group). The ranks of one **pipeline** are a PP group:
+# `dist.get_process_group_ranks(group)` lists a group's global ranks in order, so stage $p$'s
+# neighbours are the entries $p - 1$ and $p + 1$ of that list. Each replica's rows are cut into micro-batches and run as
 # in GPipe (notebook 05): every micro-batch's forward, stage after stage, each stage sending its
 # output to the next (`dist.send(tensor, dst)`, `dist.recv(tensor, src)`: global ranks); then
 # every backward, each stage sending the gradient of its **input** back. The DP all-reduce comes
