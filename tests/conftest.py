@@ -44,6 +44,7 @@ LONGEST_FIRST = (
     "test_tensor_parallel.py",  # 50
     "test_launch.py",  # 45
     "test_zero.py",  # 40
+    "test_hybrid.py",  # 40
     "system/test_formgrader.py",  # 35
     "test_release.py",  # 30
     "system/test_lab.py",  # 30

@@ -35,6 +35,30 @@ def test_a_collective_is_seen_however_it_is_reached():
                 [("all_reduce", 16, 2)], name
 
 
+def in_subgroups(rank, world_size):
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as functional
+
+    evens, odds = dist.new_group([0, 2]), dist.new_group([1, 3])
+    mine = evens if rank % 2 == 0 else odds
+    t = torch.ones(2)
+    with recording(flops=False) as rec:
+        dist.all_reduce(t, group=mine)
+        mine.allreduce([t]).wait()
+        mine._get_backend(torch.device("cpu")).allreduce([t]).wait()
+        functional.all_reduce(t, "sum", mine) + 0
+        dist.all_reduce(t)
+    return rec.summary()
+
+
+def test_a_collective_names_the_members_of_its_group():
+    """Is each call recorded with the global ranks of its group, by every route, so that two
+    groups of the same size (a DP and a TP group) can be told apart?"""
+    for rank, summary in enumerate(distlab.run(in_subgroups, world_size=4)):
+        mine = [0, 2] if rank % 2 == 0 else [1, 3]
+        assert [c["ranks"] for c in summary["calls"]] == [mine] * 4 + [[0, 1, 2, 3]], rank
+
+
 def p2p_and_sharded(rank, world_size):
     import torch.distributed as dist
 

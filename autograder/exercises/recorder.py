@@ -11,7 +11,9 @@ plus the Python methods of the gloo backend object, the one route that skips the
 Each call is one entry: its kind (`all_reduce`, `all_gather`, `reduce_scatter`, `broadcast`,
 `all_to_all`, `send`, `recv`, `barrier`, `reduce`, `gather`, `scatter`), the bytes of the
 buffer it is about (the full output of an all-gather, the full input of a reduce-scatter, the
-tensor of an all-reduce, send or recv), the size of its group and, for send/recv, the peer.
+tensor of an all-reduce, send or recv), the size of its group, the group's members (global
+ranks, so a test can tell a DP group from a TP group of the same size) and, for send/recv, the
+peer (its rank in that group).
 
 FLOPs come from torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions, forward and
 backward). `saved_bytes` adds up the tensors autograd saves for backward inside the block.
@@ -79,15 +81,43 @@ def _group_size(group) -> int | None:
     return None
 
 
+def _process_group(group):
+    """The ProcessGroup object behind what an operator or a backend method receives."""
+    if isinstance(group, str):  # the functional collectives name their group
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        return _resolve_process_group(group)
+    with contextlib.suppress(Exception):
+        return torch._C._distributed_c10d.ProcessGroup.unbox(group)
+    return group
+
+
+def _group_ranks(group) -> list[int] | None:
+    """The global ranks of a group's members, in group order; None where it cannot be told."""
+    import torch.distributed as dist
+
+    with contextlib.suppress(Exception):
+        return [int(r) for r in dist.get_process_group_ranks(_process_group(group))]
+    with contextlib.suppress(Exception):  # a backend object: the group that owns it
+        from torch.distributed.distributed_c10d import _world
+
+        for pg, ranks in _world.pg_group_ranks.items():
+            with contextlib.suppress(Exception):
+                if pg._get_backend(torch.device("cpu")) is group:
+                    return sorted(ranks, key=ranks.get)  # global rank -> rank in the group
+    return None
+
+
 @dataclass
 class Record:
     calls: list[dict] = field(default_factory=list)
     flops: int = 0
     saved_bytes: int = 0
 
-    def add(self, kind: str, size: int, group_size: int | None, peer: int | None = None):
+    def add(self, kind: str, size: int, group_size: int | None, peer: int | None = None,
+            ranks: list[int] | None = None):
         self.calls.append({"kind": kind, "bytes": int(size), "group_size": group_size,
-                           "peer": peer})
+                           "peer": peer, "ranks": ranks})
 
     def summary(self) -> dict:
         return {"calls": [dict(call) for call in self.calls], "flops": int(self.flops),
@@ -112,13 +142,14 @@ class _Communication(TorchDispatchMode):
             peer = args[2] if kind in ("send", "recv") and len(args) > 2 and name != \
                 "recv_any_source_" else None
             self.record.add(kind, nbytes(args[at]) if at is not None else 0,
-                            _group_size(group) if group is not None else None, peer)
+                            _group_size(group) if group is not None else None, peer,
+                            _group_ranks(group) if group is not None else None)
         elif namespace == "_c10d_functional" and name in FUNCTIONAL:
             kind = FUNCTIONAL[name]
             size, group_size = nbytes(args[0]), _group_size(args[-1])
             if kind == "all_gather":
                 size *= int(args[1])
-            self.record.add(kind, size, group_size)
+            self.record.add(kind, size, group_size, ranks=_group_ranks(args[-1]))
         return func(*args, **kwargs)
 
 
@@ -142,7 +173,7 @@ def _backend_methods(record: Record):
             buffer = args[at] if len(args) > at else None
             peer = args[1] if kind in ("send", "recv") and len(args) > 1 else None
             record.add(kind, nbytes(buffer), _group_size(self),
-                       peer if isinstance(peer, int) else None)
+                       peer if isinstance(peer, int) else None, _group_ranks(self))
             return original(self, *args, **kwargs)
         return recorded
 

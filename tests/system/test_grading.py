@@ -30,6 +30,7 @@ WRONG = {
     "05_pipeline_parallel": ("one_f_one_b_order", 1, lambda answer: "min(S - s, M)"),
     "06_zero": ("model_state_bytes", 1,
                 lambda answer: "(stage >= 2, stage >= 2, stage >= 1)"),
+    "07_hybrid": ("train_2d", 2, lambda answer: "None"),
 }
 KINDS = ("solved", "untouched", "one_wrong")
 progress = [""]  # make grade's output

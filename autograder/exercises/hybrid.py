@@ -1,0 +1,610 @@
+"""Hidden tests of notebook 07 (DP x TP x PP on one grid): the coordinates and groups against
+numpy's unravel_index, the TP block, 2-D and 3-D training on real ranks against one process,
+the bytes by group and the memory of a layout against formulas written here.
+
+The rank exercises run in a harness of this module (by reference; the learner's code by
+value), in a short-timeout gloo group whose subgroups are built here from trusted rank lists.
+An exercise that uses another's answer gets a trusted one: train_2d and train_3d train models
+of this module's _TPBlock, so a mistake in TPBlock costs its own points only. Beside the values,
+every rank's collectives are recorded with their group's members (recorder.py): the TP
+all-reduces must stay in the TP group, the gradient average in the DP group, and every send
+and recv between neighbouring stages of the rank's own pipeline.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import numbers
+
+from autograder.exercises import exercise
+from autograder.exercises.checks import (
+    check_close,
+    check_tensor,
+    first_rank_failure,
+    on_ranks,
+    rank_failure,
+    recording,
+    short_group,
+)
+
+FLOP_SLACK = 1.25
+NAMES = ("pp", "dp", "tp")
+
+
+# ---------------------------------------------------------------- the grid
+
+
+def _oracle_coords(rank, shape):
+    import numpy as np
+
+    return tuple(int(c) for c in np.unravel_index(rank, shape))
+
+
+def _oracle_groups(shape, dim):
+    import numpy as np
+
+    grid = np.arange(math.prod(shape)).reshape(shape)
+    moved = np.moveaxis(grid, dim, -1).reshape(-1, shape[dim])
+    return sorted(sorted(int(r) for r in row) for row in moved)
+
+
+def _shapes(rng, count):
+    shapes = [(2, 2, 2), (1, 2, 2), (2, 1, 3), (3, 2, 1), (1, 1, 1), (2, 3, 4)]
+    shapes += [tuple(int(v) for v in rng.integers(1, 7, size=3)) for _ in range(count)]
+    return shapes
+
+
+@exercise
+def mesh_coords(fn, rng):
+    for shape in _shapes(rng, 12):
+        for rank in range(math.prod(shape)):
+            want = _oracle_coords(rank, shape)
+            out = fn(rank, shape)
+            try:
+                got = tuple(int(c) for c in out)
+                whole = all(isinstance(c, numbers.Integral) for c in out) and len(got) == 3
+            except (TypeError, ValueError):
+                whole = False
+            if not whole:
+                raise AssertionError(f"mesh_coords({rank}, {shape}) returned {out!r}: expected "
+                                     "three integers (p, d, t), not floats")
+            if got != want:
+                raise AssertionError(f"mesh_coords({rank}, {shape}) is {got}, expected {want} "
+                                     "(tp changes fastest, then dp, then pp)")
+
+
+@exercise
+def group_ranks(fn, rng):
+    for shape in _shapes(rng, 10):
+        for dim in range(3):
+            want = _oracle_groups(shape, dim)
+            where = f"group_ranks({shape}, dim={dim} ({NAMES[dim]}))"
+            got = fn(shape, dim)
+            try:
+                got = sorted(sorted(int(r) for r in group) for group in got)
+            except (TypeError, ValueError):
+                raise AssertionError(f"{where} returned {got!r}: expected a list of lists of "
+                                     "ranks") from None
+            if got != want:
+                raise AssertionError(f"{where} is {got}, expected {len(want)} group(s) of "
+                                     f"{shape[dim]} rank(s), e.g. {want[0]}: the ranks whose "
+                                     f"other two coordinates agree")
+
+
+# ---------------------------------------------------------------- trusted pieces on the ranks
+
+
+def _f_g(group):
+    import torch
+    import torch.distributed as dist
+
+    def summed(t):
+        t = t.clone()
+        dist.all_reduce(t, group=group)
+        return t
+
+    class f(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return summed(grad)
+
+    class g(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, partial):
+            return summed(partial)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    return f, g
+
+
+def _block(hidden, ff, seed):
+    """The notebook's Block (LayerNorm, fc1, GELU, fc2, residual), float64; RNG untouched."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(hidden)
+            self.fc1 = nn.Linear(hidden, ff)
+            self.fc2 = nn.Linear(ff, hidden)
+
+        def forward(self, x):
+            return x + self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        block = Block().double()
+        with torch.no_grad():  # a LayerNorm that is not the identity
+            block.norm.weight.add_(0.3 * torch.randn(hidden, dtype=torch.float64))
+            block.norm.bias.add_(0.3 * torch.randn(hidden, dtype=torch.float64))
+    return block
+
+
+def _model(blocks, hidden, ff, seed):
+    from torch import nn
+
+    return nn.Sequential(*[_block(hidden, ff, seed + 17 * k) for k in range(blocks)])
+
+
+def _tp_block(block, group):
+    """The trusted TPBlock: this rank's rows of fc1, columns of fc2, the rest whole."""
+    import copy
+
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import nn
+
+    t, n = dist.get_rank(group), dist.get_world_size(group)
+    ff = block.fc1.out_features
+    part = slice(t * ff // n, (t + 1) * ff // n)
+    f, g = _f_g(group)
+
+    class TP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = copy.deepcopy(block.norm)
+            self.w1 = nn.Parameter(block.fc1.weight.detach()[part].clone())
+            self.b1 = nn.Parameter(block.fc1.bias.detach()[part].clone())
+            self.w2 = nn.Parameter(block.fc2.weight.detach()[:, part].clone())
+            self.b2 = nn.Parameter(block.fc2.bias.detach().clone())
+
+        def forward(self, x):
+            h = F.gelu(F.linear(f.apply(self.norm(x)), self.w1, self.b1))
+            return x + g.apply(F.linear(h, self.w2)) + self.b2
+
+    return TP()
+
+
+def _parts(block, t, n, grads=False):
+    """The tensors TP rank t of n holds of a plain block (or their gradients), as {name:
+    tensor}."""
+    ff = block.fc1.out_features
+    part = slice(t * ff // n, (t + 1) * ff // n)
+
+    def of(p):
+        return (p.grad if grads else p).detach()
+
+    return {"fc1.weight (its rows)": of(block.fc1.weight)[part], "fc1.bias (its part)":
+            of(block.fc1.bias)[part], "fc2.weight (its columns)": of(block.fc2.weight)[:, part],
+            "fc2.bias": of(block.fc2.bias), "norm.weight": of(block.norm.weight),
+            "norm.bias": of(block.norm.bias)}
+
+
+def _batch(rows, seq, hidden, seed):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(rows, seq, hidden, generator=generator, dtype=torch.float64)
+    return x, torch.randn(rows, seq, hidden, generator=generator, dtype=torch.float64)
+
+
+def _subgroups(shape):
+    """This rank's {name: (group, its ranks)}: every group of every dimension created, in order."""
+    import torch.distributed as dist
+
+    mine = {}
+    for dim, name in enumerate(NAMES):
+        for ranks in _oracle_groups(shape, dim):
+            group = dist.new_group(ranks)
+            if dist.get_rank() in ranks:
+                mine[name] = (group, ranks)
+    return mine
+
+
+def _harness(rank, world_size, fn, kind, cases):
+    """Each case through _RUNNERS[kind] in a short-timeout group: ("ok", value) or (kind,
+    text), stopping at the first failure. Nothing is judged here."""
+    results = []
+    with short_group(rank, world_size):
+        for case in cases:
+            try:
+                results.append(("ok", _RUNNERS[kind](fn, rank, case)))
+            except Exception as err:  # noqa: BLE001 - reported as the case's failure
+                results.append(rank_failure(err, "raised"))
+                break
+    return results
+
+
+def _run_block(cls, rank, case):
+    """The learner's block on this rank's TP group: output, grads, what it did."""
+    import torch
+
+    groups = _subgroups(case["shape"])
+    layer = cls(_block(case["hidden"], case["ff"], case["seed"]), groups["tp"][0])
+    x = case["x"].clone().requires_grad_()
+    with recording() as fwd:
+        out = layer(x)
+    with recording(flops=True, saved=False) as bwd:
+        out.backward(case["grad"].clone())
+    params = {name: (p.detach().clone(), None if p.grad is None else p.grad.clone())
+              for name, p in layer.named_parameters()}
+    return {"out": out.detach().clone(), "x_grad": None if x.grad is None else x.grad.clone(),
+            "params": params, "fwd": fwd.summary(), "bwd": bwd.summary(),
+            "held": sum(p.numel() for p in layer.parameters()),
+            "dtype": str(torch.float64)}
+
+
+def _groups_for_learner(groups):
+    return {name: group for name, (group, _) in groups.items()}
+
+
+def _run_2d(fn, rank, case):
+    from torch import nn
+
+    groups = _subgroups(case["shape"])
+    model = nn.Sequential(*[_tp_block(b, groups["tp"][0]) for b in
+                            _model(case["blocks"], case["hidden"], case["ff"], case["seed"])])
+    x, y = _batch(case["rows"], case["seq"], case["hidden"], case["seed"])
+    with recording(saved=False) as rec:
+        fn(model, x, y, _groups_for_learner(groups), steps=case["steps"], lr=case["lr"])
+    return {"params": [p.detach().clone() for p in model.parameters()], "rec": rec.summary()}
+
+
+def _run_3d(fn, rank, case):
+    from torch import nn
+
+    shape = case["shape"]
+    groups = _subgroups(shape)
+    p = _oracle_coords(rank, shape)[0]
+    blocks = _model(shape[0], case["hidden"], case["ff"], case["seed"])
+    stage = nn.Sequential(_tp_block(blocks[p], groups["tp"][0]))
+    x, y = _batch(case["rows"], case["seq"], case["hidden"], case["seed"])
+    with recording(saved=False) as rec:
+        fn(stage, x, y, _groups_for_learner(groups), steps=case["steps"], lr=case["lr"],
+           micro_batches=case["micro_batches"])
+    return {"params": [t.detach().clone() for t in stage.parameters()], "rec": rec.summary()}
+
+
+_RUNNERS = {"block": _run_block, "2d": _run_2d, "3d": _run_3d}
+
+
+def _entries(results, index):
+    return [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
+
+
+# ---------------------------------------------------------------- here: oracles and verdicts
+
+
+def _train_plain(blocks, hidden, ff, seq, rows, seed, steps, lr):
+    """The model after plain SGD on the whole batch, and the matmul FLOPs that took."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = _model(blocks, hidden, ff, seed)
+    x, y = _batch(rows, seq, hidden, seed)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        for _ in range(steps):
+            model.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= lr * p.grad
+    return model, int(counter.get_total_flops())
+
+
+def _check_share(where, rank, flops, whole, shape):
+    """A rank's matmul FLOPs against its 1/(pp dp tp) share of single-process training's."""
+    n = math.prod(shape)
+    share = whole / n
+    if n > 1 and flops > FLOP_SLACK * share:
+        raise AssertionError(f"{where}: rank {rank} did {flops} matmul FLOPs, "
+                             f"{flops / share:.2g}x its 1/{n} share of training on one process "
+                             f"({share:g}): each replica computes its own rows of the batch "
+                             "only, each TP rank its part of the weights, each stage its "
+                             "blocks")
+
+
+def _trusted_order(block, t, n):
+    """The trusted _tp_block's parameters in order (w1, b1, w2, b2, norm.weight, norm.bias)."""
+    parts = _parts(block, t, n)
+    return [(name, parts[name].detach()) for name in ("fc1.weight (its rows)",
+                                                       "fc1.bias (its part)",
+                                                       "fc2.weight (its columns)", "fc2.bias",
+                                                       "norm.weight", "norm.bias")]
+
+
+def _layout_text(shape):
+    return "PP {} x DP {} x TP {}".format(*shape)
+
+
+def _all_reduces_by_group(rec):
+    return collections.Counter(tuple(c["ranks"] or ()) for c in rec["calls"]
+                               if c["kind"] == "all_reduce")
+
+
+@exercise
+def TPBlock(cls, rng):  # noqa: N802 - the exercise is named after the learner's class
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from distlab import require_filled
+
+    require_filled(cls)
+    layouts = {1: [(1, 1, 1)], 2: [(1, 1, 2)], 4: [(1, 2, 2), (1, 1, 4)]}
+    for n, shapes in layouts.items():
+        cases = []
+        for shape in shapes:
+            tp = shape[2]
+            hidden, ff = int(rng.integers(2, 6)), tp * int(rng.integers(1, 4))
+            lead = (int(rng.integers(1, 4)), int(rng.integers(1, 3)))
+            x = torch.from_numpy(rng.standard_normal((*lead, hidden)))
+            grad = torch.from_numpy(rng.standard_normal((*lead, hidden)))
+            cases.append({"shape": shape, "hidden": hidden, "ff": ff,
+                          "seed": int(rng.integers(1000)), "x": x, "grad": grad})
+        results = on_ranks(_harness, cls, n, "block", cases)
+        for index, case in enumerate(cases):
+            shape, hidden, ff = case["shape"], case["hidden"], case["ff"]
+            tp = shape[2]
+            where = (f"world_size={n}, TP groups {_oracle_groups(shape, 2)}, hidden={hidden}, "
+                     f"ff={ff}, x {tuple(case['x'].shape)}")
+            entries = _entries(results, index)
+            first_rank_failure(where, entries)
+            block = _block(hidden, ff, case["seed"])
+            x = case["x"].clone().requires_grad_()
+            counter = FlopCounterMode(display=False)
+            with counter:
+                want = block(x)
+                want.backward(case["grad"])
+            whole_flops = int(counter.get_total_flops())
+            for rank, (_, got) in enumerate(entries):
+                t = _oracle_coords(rank, shape)[2]
+                tp_ranks = _oracle_groups(shape, 2)[rank // tp]
+                held = sorted(tuple(v[0].shape) for v in got["params"].values())
+                parts, part_grads = _parts(block, t, tp), _parts(block, t, tp, grads=True)
+                wanted = sorted(tuple(v.shape) for v in parts.values())
+                if held != wanted:
+                    raise AssertionError(f"{where}: rank {rank} holds parameters of shapes "
+                                         f"{held}; TP rank {t} of {tp} holds {wanted}: its rows "
+                                         "of fc1 (and of its bias), its columns of fc2, the "
+                                         "LayerNorm and fc2's bias whole")
+                check_tensor(got["out"], want.detach(), where, rank, "the output",
+                             "the plain block gives")
+                if got["x_grad"] is None:
+                    raise AssertionError(f"{where}: rank {rank}'s input got no gradient")
+                check_tensor(got["x_grad"], x.grad, where, rank, "the input's gradient",
+                             "the plain block gives")
+                for name, part in parts.items():
+                    match = [v for v in got["params"].values() if v[0].shape == part.shape
+                             and torch.allclose(v[0], part, atol=1e-12)]
+                    if not match:
+                        raise AssertionError(f"{where}: rank {rank} holds no copy of "
+                                             f"{name} {tuple(part.shape)} of TP rank {t}")
+                    grads = [v[1] for v in match]
+                    if not any(g is not None and torch.allclose(g, part_grads[name], atol=1e-10)
+                               for g in grads):
+                        raise AssertionError(f"{where}: rank {rank}'s gradient of {name} "
+                                             "differs from the plain block's")
+                for phase in ("fwd", "bwd"):
+                    made = _all_reduces_by_group(got[phase])
+                    others = [c["kind"] for c in got[phase]["calls"] if c["kind"] != "all_reduce"]
+                    if tp > 1 and (made != collections.Counter({tuple(tp_ranks): 1}) or others):
+                        kind = "forward" if phase == "fwd" else "backward"
+                        raise AssertionError(
+                            f"{where}: rank {rank}'s {kind} made all-reduces in groups "
+                            f"{dict(made)}{' and ' + str(others) if others else ''}; a "
+                            f"tensor-parallel block makes one all-reduce in its {kind}, in its "
+                            f"TP group {tp_ranks} (g forward, f backward)")
+                flops = got["fwd"]["flops"] + got["bwd"]["flops"]
+                if tp > 1 and flops > FLOP_SLACK * whole_flops / tp:
+                    raise AssertionError(f"{where}: rank {rank} did {flops} matmul FLOPs, "
+                                         f"{flops / (whole_flops / tp):.2g}x its 1/{tp} share "
+                                         "of the block's: each TP rank multiplies by its own "
+                                         "part of the weights only")
+
+
+def _check_params(where, rank, got, model, shape, stage_blocks=None):
+    """A rank's trained parameters against its TP part of the plain trained model."""
+    p, _, t = _oracle_coords(rank, shape)
+    tp = shape[2]
+    blocks = list(model) if stage_blocks is None else [list(model)[p]]
+    want = [item for block in blocks for item in _trusted_order(block, t, tp)]
+    if len(got) != len(want):
+        raise AssertionError(f"{where}: rank {rank} returned {len(got)} parameters, expected "
+                             f"{len(want)}")
+    for k, (tensor, (name, expected)) in enumerate(zip(got, want, strict=True)):
+        block = p if stage_blocks is not None else k // 6
+        check_tensor(tensor, expected, where, rank, f"block {block}'s {name} after training",
+                     "single-process SGD gives")
+
+
+def _check_dp_average(where, rank, rec, shape, n, n_params, steps, blocks):
+    """All-reduces: the TP ones in the TP group, one per parameter per step in the DP group."""
+    dp_ranks = _oracle_groups(shape, 1)[[rank in g for g in _oracle_groups(shape, 1)].index(True)]
+    tp_ranks = _oracle_groups(shape, 2)[[rank in g for g in _oracle_groups(shape, 2)].index(True)]
+    want = collections.Counter({tuple(tp_ranks): 2 * blocks * steps})
+    want[tuple(dp_ranks)] += n_params * steps
+    made = _all_reduces_by_group(rec)
+    if made == want:
+        return
+    world = tuple(range(n))
+    for ranks, count in made.items():
+        extra = count - want.get(ranks, 0)
+        if extra <= 0 or list(ranks) == dp_ranks:
+            continue
+        if ranks == world:
+            also = ", here also its TP group" if list(ranks) == tp_ranks else ""
+            named = f"over the world (all {n} ranks{also})"
+        elif list(ranks) == tp_ranks:
+            named = f"in its TP group {tp_ranks}"
+        else:
+            named = f"in the group {list(ranks)}"
+        raise AssertionError(f"{where}: rank {rank} all-reduced {extra} gradient(s) {named} "
+                             f"instead of its DP group {dp_ranks}: a gradient is averaged only "
+                             "with the copies of the same parameter, on the other replicas "
+                             "(the TP ranks of a replica hold different parts of a weight)")
+    shown = {list(k).__repr__(): v for k, v in made.items()}
+    raise AssertionError(f"{where}: rank {rank} made all-reduces {shown} (group: count); "
+                         f"expected {n_params} per step in its DP group {dp_ranks}, besides "
+                         f"the TP blocks' {2 * blocks} per step in its TP group {tp_ranks}")
+
+
+@exercise
+def train_2d(fn, rng):
+    from distlab import require_filled
+
+    require_filled(fn)
+    layouts = {1: [(1, 1, 1)], 2: [(1, 2, 1), (1, 1, 2)], 4: [(1, 2, 2), (1, 4, 1), (1, 1, 4)]}
+    for n, shapes in layouts.items():
+        cases = []
+        for shape in shapes:
+            dp, tp = shape[1], shape[2]
+            cases.append({"shape": shape, "blocks": int(rng.integers(1, 3)),
+                          "hidden": int(rng.integers(2, 6)), "ff": tp * int(rng.integers(1, 3)),
+                          "seq": int(rng.integers(1, 3)), "rows": dp * int(rng.integers(1, 4)),
+                          "seed": int(rng.integers(1000)), "steps": 2,
+                          "lr": float(rng.uniform(0.05, 0.2))})
+        results = on_ranks(_harness, fn, n, "2d", cases)
+        for index, case in enumerate(cases):
+            shape = case["shape"]
+            where = (f"world_size={n}, {_layout_text(shape)[7:]}, {case['blocks']} block(s), "
+                     f"hidden={case['hidden']}, ff={case['ff']}, {case['rows']} rows")
+            entries = _entries(results, index)
+            first_rank_failure(where, entries)
+            model, whole = _train_plain(case["blocks"], case["hidden"], case["ff"], case["seq"],
+                                        case["rows"], case["seed"], case["steps"], case["lr"])
+            for rank, (_, got) in enumerate(entries):
+                _check_dp_average(where, rank, got["rec"], shape, n, 6 * case["blocks"],
+                                  case["steps"], case["blocks"])
+                _check_params(where, rank, got["params"], model, shape)
+                _check_share(where, rank, got["rec"]["flops"], whole, shape)
+
+
+@exercise
+def train_3d(fn, rng):
+    from distlab import require_filled
+
+    require_filled(fn)
+    layouts = {2: [(2, 1, 1)], 4: [(2, 2, 1), (2, 1, 2), (4, 1, 1), (1, 2, 2)], 8: [(2, 2, 2)]}
+    for n, shapes in layouts.items():
+        cases = []
+        for shape in shapes:
+            pp, dp, tp = shape
+            micro = int(rng.integers(1, 4))
+            cases.append({"shape": shape, "hidden": int(rng.integers(2, 6)),
+                          "ff": tp * int(rng.integers(1, 3)), "seq": int(rng.integers(1, 3)),
+                          "rows": dp * micro * int(rng.integers(1, 3)), "micro_batches": micro,
+                          "seed": int(rng.integers(1000)), "steps": 2,
+                          "lr": float(rng.uniform(0.05, 0.2))})
+        results = on_ranks(_harness, fn, n, "3d", cases)
+        for index, case in enumerate(cases):
+            shape = case["shape"]
+            pp = shape[0]
+            where = (f"world_size={n}, {_layout_text(shape)}, {case['micro_batches']} "
+                     f"micro-batch(es), hidden={case['hidden']}, ff={case['ff']}, "
+                     f"{case['rows']} rows")
+            entries = _entries(results, index)
+            first_rank_failure(where, entries)
+            model, whole = _train_plain(pp, case["hidden"], case["ff"], case["seq"],
+                                        case["rows"], case["seed"], case["steps"], case["lr"])
+            for rank, (_, got) in enumerate(entries):
+                _check_pipeline(where, rank, got["rec"], shape, case)
+                _check_params(where, rank, got["params"], model, shape, stage_blocks=True)
+                _check_share(where, rank, got["rec"]["flops"], whole, shape)
+
+
+def _check_pipeline(where, rank, rec, shape, case):
+    """Sends and receives only to the neighbouring stages of this rank's own pipeline, one
+    activation and one gradient per micro-batch per boundary per step."""
+    pipelines = _oracle_groups(shape, 0)
+    pipeline = next(g for g in pipelines if rank in g)
+    p = pipeline.index(rank)
+    neighbours = {pipeline[q] for q in (p - 1, p + 1) if 0 <= q < len(pipeline)}
+    for call in rec["calls"]:
+        if call["kind"] not in ("send", "recv"):
+            continue
+        ranks = call["ranks"]
+        peer = ranks[call["peer"]] if ranks and call["peer"] is not None else call["peer"]
+        if peer not in neighbours:
+            raise AssertionError(f"{where}: rank {rank} (stage {p} of the pipeline {pipeline}) "
+                                 f"made a {call['kind']} with rank {peer}; a stage talks to the "
+                                 f"stages before and after it in its own pipeline only "
+                                 f"({sorted(neighbours)})")
+    point = [c for c in rec["calls"] if c["kind"] in ("send", "recv")]
+    want = 2 * len(neighbours) * case["micro_batches"] * case["steps"]
+    if len(point) != want:
+        raise AssertionError(f"{where}: rank {rank} (stage {p}) made {len(point)} sends and "
+                             f"receives; per step and micro-batch it receives one activation "
+                             "and one gradient from its neighbour stages and sends one of each "
+                             f"back: {want} in all")
+
+
+# ---------------------------------------------------------------- bytes and memory
+
+
+def _oracle_group_bytes(dims, shape, rows, micro_batches, itemsize):
+    pp, dp, tp = shape
+    h, ff, seq = dims["hidden"], dims["ff"], dims["seq"]
+    stage_blocks = dims["blocks"] // pp
+    activations = rows // dp * seq * h * itemsize
+    return {"tp": 2 * stage_blocks * activations if tp > 1 else 0,
+            "dp": stage_blocks * ((2 * h * ff + ff) / tp + 3 * h) * itemsize if dp > 1 else 0,
+            "pp": 2 * min(pp - 1, 2) * activations}
+
+
+@exercise
+def group_bytes(fn, rng):
+    cases = [({"blocks": 2, "hidden": 8, "ff": 16, "seq": 3}, (2, 2, 2), 8, 2, 8)]
+    for _ in range(30):
+        pp, dp, tp = (int(v) for v in rng.integers(1, 5, size=3))
+        dims = {"blocks": pp * int(rng.integers(1, 4)), "hidden": int(rng.integers(2, 64)),
+                "ff": tp * int(rng.integers(1, 64)), "seq": int(rng.integers(1, 64))}
+        micro = int(rng.integers(1, 5))
+        cases.append((dims, (pp, dp, tp), dp * micro * int(rng.integers(1, 5)), micro,
+                      int(rng.choice([2, 4, 8]))))
+    for dims, shape, rows, micro, itemsize in cases:
+        want = _oracle_group_bytes(dims, shape, rows, micro, itemsize)
+        where = (f"group_bytes({dims}, shape={shape}, rows={rows}, micro_batches={micro}, "
+                 f"itemsize={itemsize})")
+        got = fn(dict(dims), shape, rows, micro, itemsize)
+        if not isinstance(got, dict) or set(got) != set(want):
+            raise AssertionError(f"{where} returned {got!r}: expected a dict with keys "
+                                 "'tp', 'dp', 'pp'")
+        for name in ("tp", "dp", "pp"):
+            check_close(got[name], want[name], where, f"the {name.upper()} bytes", rtol=1e-9)
+
+
+@exercise
+def layout_memory(fn, rng):
+    cases = [(1e9, 1, 1, 1, False), (1e9, 4, 2, 1, False), (1e9, 4, 2, 1, True),
+             (1e12, 32, 8, 12, True), (1e12, 8, 8, 48, False)]
+    for _ in range(30):
+        dp, tp, pp = (int(v) for v in rng.integers(1, 65, size=3))
+        cases.append((float(rng.integers(1, 10 ** int(rng.integers(3, 13)))), dp, tp, pp,
+                      bool(rng.random() < 0.5)))
+    for psi, dp, tp, pp, zero1 in cases:
+        want = (4 + 12 / (dp if zero1 else 1)) * psi / (tp * pp)
+        check_close(fn(psi, dp, tp, pp, zero1), want,
+                    f"layout_memory({psi:g}, dp={dp}, tp={tp}, pp={pp}, zero1={zero1})",
+                    "the bytes per GPU", rtol=1e-9)

@@ -1,0 +1,186 @@
+"""Notebook 07 (DP x TP x PP): do the reference answers pass their hidden tests, do answers with
+one wrong blank fail them (and get that blank named), does the blank release earn nothing, do
+the hidden tests name the wrong group, and do distlab.hybrid's counter and pictures show what
+they say? The TP block is compared with the plain block it splits, the training with plain SGD
+on one process (in the hidden tests, against this module's oracles).
+
+Run: .venv/bin/python -m pytest tests/test_hybrid.py -q
+"""
+
+import warnings
+
+import pytest
+from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
+
+from autograder import reference
+from distlab.source.markers import blank_source
+
+ASSIGNMENT = "07_hybrid"
+nb = Notebook(ASSIGNMENT)
+PURE = ["mesh_coords", "group_ranks", "group_bytes", "layout_memory"]
+ON_RANKS = ["TPBlock", "train_2d", "train_3d"]
+
+# One plausible mistake per blank: (unit, blank number, what a learner might write there).
+WRONG = [
+    ("mesh_coords", 1, "(rank // (dp * tp), rank % dp, rank % tp)"),  # dp not skipping tp
+    ("group_ranks", 1, "coords[dim]"),  # the group's own coordinate, not the others
+    ("TPBlock", 1, "(block.fc1.weight[:, part], block.fc1.bias[part])"),  # fc1's columns
+    ("TPBlock", 2, "block.fc2.weight[part]"),  # fc2's rows
+    ("TPBlock", 3, "x + self.g.apply(F.linear(h, self.w2, self.b2))"),  # b2 added tp times
+    ("train_2d", 1, "(dist.get_rank(), dist.get_world_size())"),  # the global rank
+    ("train_2d", 2, "None"),  # the world
+    ("train_3d", 1, 'groups["dp"]'),
+    ("train_3d", 2, "inputs[m]"),  # the activation instead of its gradient
+    ("group_bytes", 1, "stage_blocks * (sharded + replicated) / tp * itemsize"),
+    ("layout_memory", 1, "16 * psi / (tp * pp)"),
+]
+
+
+@pytest.mark.parametrize(("name", "seed"), [(name, seed) for name in PURE for seed in (0, 1)]
+                         + [(name, 1) for name in ON_RANKS])
+def test_reference_passes_its_hidden_test(name, seed, capfd):
+    """Does the solved answer pass its hidden test for this seed, with no warning and nothing
+    on stderr?"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fails(name, reference.reference(name), seed) == ""
+    assert capfd.readouterr().err == ""
+
+
+def test_every_exercise_has_a_hidden_test_and_points_equal_blanks():
+    """Is every solution cell graded by a test cell worth one point per blank, and are there
+    11 blanks in all?"""
+    units = nb.graded_units()
+    assert sorted(units) == sorted(PURE + ON_RANKS)
+    assert sum(len(blanks) for blanks in units.values()) == 11
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), WRONG,
+                         ids=[f"{n}-{k}" for n, k, _ in WRONG])
+def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
+    """Does an answer with this one wrong blank fail its hidden test, with a message that does
+    not show the answer?"""
+    complaint = fails(name, nb.variant(name, number, wrong))
+    assert complaint
+    assert reference.locate(name)[2][number - 1].answer not in complaint
+
+
+def test_every_blank_has_a_wrong_variant():
+    """Is every blank of the notebook covered by a deliberately wrong variant above?"""
+    covered = {(name, number) for name, number, _ in WRONG}
+    for name in PURE + ON_RANKS:
+        assert {(name, b.number) for b in reference.locate(name)[2]} <= covered, name
+
+
+@pytest.mark.parametrize(("wrong", "says"), [
+    ("None", "over the world (all 2 ranks, here also its TP group) instead of its DP group"),
+    ('groups["tp"]', "in its TP group"),
+])
+def test_a_gradient_averaged_in_the_wrong_group_is_named(wrong, says):
+    """Does a gradient all-reduced over the world, or over the TP group, fail with a message
+    that says which group it used and which it should have?"""
+    complaint = fails("train_2d", nb.variant("train_2d", 2, wrong))
+    assert says in complaint, complaint
+
+
+def test_a_block_that_multiplies_by_the_whole_weights_fails():
+    """Does a block that keeps whole fc1 and fc2 and skips g (right numbers, no TP) fail on
+    what each rank holds?"""
+    variant = nb.variant("TPBlock", 1, "(block.fc1.weight, block.fc1.bias)")
+    _, cell, _ = reference.locate("TPBlock")
+    answered = [b.answer for b in reference.locate("TPBlock")[2]]
+    source = cell.source.replace(answered[0], "(block.fc1.weight, block.fc1.bias)", 1) \
+        .replace(answered[1], "block.fc2.weight", 1) \
+        .replace(answered[2], "x + F.linear(h, self.w2) + self.b2", 1)
+    assert source != cell.source and variant is not None
+    assert "holds parameters of shapes" in fails("TPBlock", nb.define("TPBlock", source))
+
+
+@pytest.mark.parametrize(("name", "number", "wrong"), [
+    ("group_ranks", 1, "coords[dim]"),
+    ("train_2d", 2, "None"),
+], ids=lambda v: str(v))
+def test_grading_names_the_wrong_blank(name, number, wrong):
+    """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
+    earned, possible, report = assess(nb.variant(name, number, wrong))
+    assert earned == possible - 1, report
+    (line,) = [line for line in report if "looks wrong" in line]
+    assert f"[{number}]" in line and line.count("[") == 1, report
+
+
+@pytest.mark.parametrize("name", PURE + ON_RANKS)
+def test_the_blank_release_earns_nothing_and_says_so(name):
+    """Graded as released (every blank `_____`), does each exercise earn 0 with its blanks
+    named as not filled, rather than crash?"""
+    _, cell, blanks = reference.locate(name)
+    template, _ = blank_source(cell.source)
+    obj = nb.define(name, "from distlab import _____\n" + template)
+    earned, possible, report = assess(obj)
+    assert (earned, possible) == (0.0, float(len(blanks))), report
+    assert "not filled yet" in "\n".join(report)
+
+
+def test_the_judge_grades_every_exercise_outside_the_kernel(monkeypatch):
+    """Graded by the judge (the learner's code in a separate runner, only plain values coming
+    back), does every solved exercise earn every point?"""
+    from autograder import judge, solved
+    from autograder.judge import sandbox
+
+    monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
+    cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
+    names = ["mesh_coords", "TPBlock", "train_2d"]
+    verdicts = judge.verdicts(cells, [(name, None) for name in names], "s")
+    for name, (earned, possible, report) in zip(names, verdicts, strict=True):
+        assert earned == possible == len(reference.locate(name)[2]), report
+
+
+# ---------------------------------------------------------------- distlab.hybrid
+
+
+def _counted(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    from distlab.hybrid import count_by_group
+
+    pair = dist.new_group([0, 1])
+    other = dist.new_group([2, 3])
+    mine = pair if rank < 2 else other
+    original = dist.all_reduce
+    with count_by_group({"tp": [0, 1] if rank < 2 else [2, 3], "pp": [rank % 2, rank % 2 + 2]}
+                        ) as calls:
+        t = torch.ones(4, dtype=torch.float64)
+        dist.all_reduce(t, group=mine)
+        dist.all_reduce(t)
+        if rank < 2:
+            dist.send(t, rank + 2)
+        else:
+            dist.recv(t, rank - 2)
+    return calls.bytes_by("tp"), calls.bytes_by("pp"), calls.by_group(), \
+        dist.all_reduce is original
+
+
+def test_count_by_group_puts_each_call_in_its_group():
+    """Does count_by_group give each all-reduce its group's ranks, a send or recv the pipeline
+    of its two ranks, and put torch.distributed back afterwards?"""
+    import distlab
+
+    for rank, (tp, pp, by_group, restored) in enumerate(distlab.run(_counted, world_size=4)):
+        assert restored
+        assert (tp, pp) == (32, 32), rank
+        assert by_group[(0, 1, 2, 3)] == 32, by_group
+
+
+def test_the_grid_picture_colours_every_group(monkeypatch):
+    """Does show_grid draw the reference groups of every dimension, named in its description?"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from distlab import collectives, hybrid
+
+    shown = []
+    monkeypatch.setattr(collectives, "_show", lambda fig, text: shown.append(text))
+    hybrid.show_grid((2, 2, 2), reference.reference("group_ranks"))
+    (text,) = shown
+    assert "tp groups [[0, 1], [2, 3], [4, 5], [6, 7]]" in text, text
+    assert "pp groups [[0, 4], [1, 5], [2, 6], [3, 7]]" in text, text
