@@ -186,7 +186,7 @@ def test_the_command_line_exits_1_on_a_survivor(tmp_path, hidden, monkeypatch, c
     hidden(next_gpu=one_gpu)
     solutions = toy(tmp_path, NEXT_GPU.format(clauses=""))
     report = run(solutions)
-    monkeypatch.setattr(strength, "check", lambda *args: [report])
+    monkeypatch.setattr(strength, "check", lambda *args, **options: [report])
     given = strength.giveaway.check
     monkeypatch.setattr(strength.giveaway, "check", lambda ids: given(ids, solutions))
     assert strength.main(["00_toy"]) == 1

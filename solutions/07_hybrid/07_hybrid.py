@@ -547,7 +547,7 @@ def group_bytes(dims, shape, rows, micro_batches, itemsize=8):
     replicated = 3 * hidden  # the LayerNorm's weight and bias, b2
     return {
         "tp": 2 * stage_blocks * activations if tp > 1 else 0,
-        "dp": stage_blocks * (sharded / tp + replicated) * itemsize if dp > 1 else 0,  # BLANK `stage_blocks * (sharded / tp + replicated) * itemsize` # ACCEPT `stage_blocks * (sharded // tp + replicated) * itemsize` # REJECT `stage_blocks * (sharded + replicated) / tp * itemsize` `stage_blocks * (sharded + replicated) * itemsize`
+        "dp": stage_blocks * (sharded / tp + replicated) * itemsize if dp > 1 else 0,  # BLANK `stage_blocks * (sharded / tp + replicated) * itemsize` the gradient bytes this rank holds, over its stage's blocks # ACCEPT `stage_blocks * (sharded // tp + replicated) * itemsize` # REJECT `stage_blocks * (sharded + replicated) / tp * itemsize` `stage_blocks * (sharded + replicated) * itemsize`
         "pp": 2 * min(pp - 1, 2) * activations,
     }
 
