@@ -438,3 +438,21 @@ def test_a_rank_finds_no_other_ranks_input_in_any_frame():
     results = on_ranks(tests_of_01._p2p_harness, fn, n, cases)
     found = {rank: int(entries[0][1]["out"][0]) for rank, entries in enumerate(results)}
     assert found == dict.fromkeys(range(n), 0), found
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_the_hidden_tests_ring_is_the_ring_the_notebook_draws(n):
+    """Do the grading oracle's step-by-step states (autograder: `_ring_states`, what
+    `ring_allreduce(..., trace=True)` is held to) equal the states distlab.collectives draws
+    for the learner (`ring_states`), after every one of the 2(N-1) steps?"""
+    from autograder.exercises.collectives import _ring_states
+    from distlab.collectives import ring_states
+
+    grads = [list(np.random.default_rng(n).integers(0, 9, size=3 * n).astype(float))
+             for _ in range(n)]
+    drawn, graded = ring_states(grads)[1:], _ring_states(grads, n)
+    assert len(drawn) == len(graded) == 2 * (n - 1)
+    for step, (shown, held) in enumerate(zip(drawn, graded, strict=True)):
+        for gpu in range(n):
+            for chunk in range(n):
+                assert np.allclose(shown.values[gpu][chunk], held[gpu][chunk]), (step, gpu, chunk)
