@@ -82,6 +82,7 @@ def _server_rows() -> list[dict]:
 def main(quiet: bool = False) -> list[dict]:
     os.environ.setdefault("DISTLAB_DRILLS_DB", str(Path(tempfile.mkdtemp()) / "bench.sqlite"))
     from distlab import drills
+    from distlab.drills import check
     from distlab.drills.positions import template
 
     rows = []
@@ -96,7 +97,11 @@ def main(quiet: bool = False) -> list[dict]:
     rows.append({"what": "refresh (draw 8 blanks + lay out)", "time_s": _median(refresh, 50),
                  "target_s": 0.05})
     checker = drills.Checker()
-    answers = [p.text.replace(" ", "") for p in chosen]
+    # spaced differently, the same tokens (dropping every space would glue `for x in` into
+    # one name, and send that answer to the hidden test)
+    answers = [p.text.replace(" ", "  ") for p in chosen]
+    assert all(check.normalise(a) == check.normalise(p.text) for a, p in
+               zip(answers, chosen, strict=True))
     rows.append({"what": "textual check (8 blanks)", "target_s": 0.05,
                  "time_s": _median(lambda: checker.check(snippet, chosen, answers), 50)})
     for name, span, answer in RUN_CASES:

@@ -409,11 +409,10 @@ def run_cli(*args, env=None):
                           text=True, cwd=ROOT, env=env)
 
 
-def test_the_warm_server_checks_in_under_two_seconds(tmp_path):
-    """Does `write` start a warm checker that `check` asks, so that an answer the hidden test
-    must run is judged in under 2 s once warm, and does `serve --stop` end it?"""
-    import time
-
+def test_the_warm_server_checks_again_and_stops(tmp_path):
+    """Does `write` start a warm checker that `check` asks again (an answer the hidden test must
+    run), and does `serve --stop` end it? How fast it answers is measured in `make bench`
+    (bench/bench_drills.py: "CLI run check (warm server)", target 2 s), not here."""
     env = {"DISTLAB_DRILLS_SERVER": "1", "DISTLAB_DRILLS_RUN": str(tmp_path / "run")}
     out = tmp_path / "drill.ipynb"
     try:
@@ -424,13 +423,11 @@ def test_the_warm_server_checks_in_under_two_seconds(tmp_path):
         nb["cells"][1]["source"] = nb["cells"][1]["source"].replace(
             "_____", f"({position.text}) * 1", 1)
         out.write_text(json.dumps(nb))
-        first = run_cli("check", str(out), env=env)
-        assert first.returncode == 0 and "ran the hidden test: passes" in first.stdout, \
-            first.stdout + first.stderr
-        start = time.perf_counter()
-        again = run_cli("check", str(out), env=env)
-        seconds = time.perf_counter() - start
-        assert again.returncode == 0 and seconds < 2.0, (seconds, again.stdout)
+        for _ in range(2):  # the first check starts the server's runner, the second reuses it
+            checked = run_cli("check", str(out), env=env)
+            assert checked.returncode == 0 and "ran the hidden test: passes" in checked.stdout, \
+                checked.stdout + checked.stderr
+        assert list((tmp_path / "run").iterdir()), "no warm server was left to ask"
     finally:
         stopped = run_cli("serve", "--stop", env=env)
     assert "stopped the drill server" in stopped.stdout

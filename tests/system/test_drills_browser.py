@@ -1,11 +1,14 @@
 """Does the drills notebook work in a real browser after `make lab`: the widget shows a snippet
-with numbered input boxes and the count of maskable and masked positions, Check marks a blank,
-and Refresh hides another set?
+with numbered input boxes of one width (no box tells its answer's length) and the count of
+maskable and masked positions, Check marks a blank, an edit clears its mark, Reveal one takes
+the edited box and counts one miss (not two), and Refresh hides another set and clears the
+old verdicts?
 
 Needs Chromium and Playwright, as tests/system/test_browser.py (skipped without them).
 Run: .venv/bin/python -m pytest tests/system/test_drills_browser.py -q   (about 40 s)
 """
 
+import contextlib
 import re
 import shutil
 import sys
@@ -29,6 +32,7 @@ def lab(tmp_path_factory):
     shutil.copytree(ROOT / "notebooks", tmp / "notebooks")
     server = LabServer(tmp / "server", root_dir=tmp / "notebooks",
                        env={"DISTLAB_DRILLS_DB": str(tmp / "drills.sqlite")}).wait_ready()
+    server.drills_db = tmp / "drills.sqlite"
     yield server
     assert server.stop() == [], "processes left behind"
 
@@ -53,11 +57,19 @@ def page(lab):
                 lab.api("DELETE", f"/api/sessions/{session['id']}")
 
 
+def _misses(lab) -> dict[str, int]:
+    """What the widget's history file holds now: {position: misses} over every snippet."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(lab.drills_db)) as db:
+        return dict(db.execute("SELECT position, misses FROM positions WHERE misses > 0"))
+
+
 def _code(page) -> str:
     return page.locator(f"{DRILL} .drill-code").inner_text()
 
 
-def test_the_drill_checks_a_blank_and_refreshes(page):
+def test_the_drill_checks_a_blank_and_refreshes(lab, page):
     assert page.locator(".jp-Dialog").count() == 0  # the notebook has its kernelspec
     page.locator("#jp-menu-panel .lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
@@ -84,6 +96,15 @@ def test_the_drill_checks_a_blank_and_refreshes(page):
     page.locator(f"{DRILL} .drill-blank input").first.fill("another_try")  # the ✗ goes
     page.wait_for_function(f"() => !document.querySelector('{DRILL} .drill-mark')"
                            ".innerText.includes('✗')", timeout=30_000)
+
+    # Reveal one takes the edited box (its ✗ no longer holds), and the miss counts once
+    first_box = page.locator(f"{DRILL} .drill-blank input").first
+    page.locator(f"{DRILL} button", has_text=re.compile("^Reveal one$")).click()
+    page.locator(f"{DRILL} .drill-mark").first.filter(has_text="↺").wait_for(timeout=30_000)
+    assert first_box.is_disabled()
+    revealed = first_box.input_value()
+    assert revealed not in ("another_try", ""), revealed
+    assert list(_misses(lab).values()) == [1], _misses(lab)  # Check + Reveal: one miss
 
     before = _code(page), SUMMARY.search(page.locator(DRILL).inner_text())[0]
     page.locator(f"{DRILL} button", has_text=re.compile("^Refresh$")).click()

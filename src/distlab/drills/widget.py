@@ -188,13 +188,13 @@ class Drill(w.VBox):
         history.record(self.snippet.name, results)
 
     def _reveal(self, index: int) -> None:
-        self.revealed.add(index)
-        self.inputs[index].value = self.chosen[index].text
-        self.inputs[index].disabled = True
-        self.marks[index].value = MARKS["revealed"]
         if index not in self.missed:  # missed at a Check already: not a second miss
             self.missed.add(index)
             history.record(self.snippet.name, {self.chosen[index].key: False})
+        self.revealed.add(index)  # the history first: what the learner sees is then recorded
+        self.inputs[index].value = self.chosen[index].text
+        self.inputs[index].disabled = True
+        self.marks[index].value = MARKS["revealed"]
 
     def _unsolved(self) -> list[int]:
         """Blanks neither revealed nor right as they now read."""
