@@ -91,7 +91,7 @@ def script_text(notebook_path: Path, exercises: list[Exportable]) -> str:
         "(written by `python -m distlab.export`; edit your notebook and export again).",
         "",
         f"    torchrun --standalone --nproc-per-node 4 {script}             # one machine",
-        f"    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\",
+        "    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\",
         f"        --rdzv-endpoint HOST:29400 --rdzv-id job1 {script}        # on each node",
         "",
         "Options: --backend nccl|gloo, --exercise NAME, --bytes N (the timings' size).",

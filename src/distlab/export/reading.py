@@ -84,8 +84,8 @@ def _names_used(source: str) -> set[str]:
 
 def needed(notebook: Notebook, names: list[str]) -> tuple[list[str], list[Definition]]:
     """(import statements, definitions in notebook order) that `names` need, following the
-    names each definition uses; raise BlankNotFilled for a needed definition with a `_____`,
-    with the message the notebook gives (line numbers of its cell)."""
+    names each definition uses; raise BlankNotFilled naming every needed definition with a
+    `_____`, with the message the notebook gives (line numbers of its cell)."""
     todo, taken, statements = list(names), {}, {}
     while todo:
         name = todo.pop()
@@ -96,10 +96,10 @@ def needed(notebook: Notebook, names: list[str]) -> tuple[list[str], list[Defini
             todo.extend(_names_used(definition.source))
         elif name in notebook.imports:
             statements[name] = notebook.imports[name]
-    for definition in taken.values():
-        empty = unfilled_lines(definition.source)
-        if empty:
-            raise BlankNotFilled(describe(definition.name, empty, definition.first_line))
     ordered = sorted(taken.values(), key=lambda d: (d.order, d.first_line))
+    unfilled = [describe(d.name, empty, d.first_line) for d in ordered
+                if (empty := unfilled_lines(d.source))]
+    if unfilled:
+        raise BlankNotFilled("\n".join(unfilled))
     in_notebook_order = [s for name, s in notebook.imports.items() if name in statements]
     return list(dict.fromkeys(in_notebook_order)), ordered
