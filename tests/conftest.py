@@ -47,6 +47,7 @@ LONGEST_FIRST = (
     "test_hybrid.py",  # 40
     "system/test_formgrader.py",  # 35
     "test_release.py",  # 30
+    "test_export.py",  # 30: three torchrun launches
     "system/test_lab.py",  # 30
     "judge/test_sandbox.py",  # 20
     "system/test_drills_browser.py",  # 20

@@ -395,6 +395,22 @@ def test_does_the_nccl_path_put_each_rank_on_its_gpu():
     assert all(t.device.type == "cpu" and t.item() == 2.0 for _, t in out)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here: the nccl path runs "
+                    "only where torch sees one")
+def test_does_one_gpu_give_one_rank_the_mixed_backend():
+    """With a GPU per rank (here 1 of 1), does run pick "cpu:gloo,cuda:nccl": the rank on
+    cuda:0, a CUDA tensor reduced through NCCL, a CPU tensor through gloo?"""
+    def both(rank, world_size):
+        on_gpu, on_cpu = torch.ones(1, device=distlab.device()), torch.ones(1)
+        dist.all_reduce(on_gpu)
+        dist.all_reduce(on_cpu)
+        return str(distlab.device()), dist.get_backend(), on_gpu, on_cpu
+
+    [(where, backend, on_gpu, on_cpu)] = run(both, world_size=1)
+    assert where == "cuda:0" and "nccl" in backend  # the CPU tensor's sum needed gloo
+    assert on_gpu.device.type == "cpu" and on_gpu.item() == 1.0 and on_cpu.item() == 1.0
+
+
 def test_a_long_run_in_a_notebook_shows_a_live_line_naming_who_is_still_running():
     """In a notebook kernel, does a run that lasts over a second show a line saying the ranks
     are running and which have returned, updated while they run, then how long they ran?"""

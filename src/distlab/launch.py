@@ -72,8 +72,13 @@ def run(fn, *args, world_size=4, timeout=30.0, init_group=True, backend=None, tr
 
     init_group: give fn a default process group of exactly world_size ranks (False: fn calls
     dist.init_process_group itself, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE are set for it).
-    backend: None picks "cpu:gloo,cuda:nccl" when there is a GPU per rank (CPU tensors still
-    work, CUDA tensors go through NCCL), else "gloo".
+    backend: None picks "cpu:gloo,cuda:nccl" when torch sees a GPU per rank: on a GPU machine
+    rank r runs on cuda:r (`distlab.device()`; torch.cuda.set_device(r), the group joined with
+    device_id=cuda:r), collectives on CUDA tensors go through NCCL and on CPU tensors through
+    gloo, and what a rank returns comes back on the CPU. With fewer GPUs than ranks, or none:
+    "gloo" on the CPU. Passing "gloo" or "nccl" forces one. (The exercises' code makes CPU
+    tensors, so in the notebooks they run on gloo either way; `python -m distlab.export`
+    writes them as torchrun scripts that run on the GPUs.)
     trace: print every send/recv/isend/irecv each rank made, after the call.
     Raises RankError when fn raises on a rank, DeadlockError when ranks are still waiting after
     `timeout` seconds (None: wait forever). Prints of each rank appear after the call,
