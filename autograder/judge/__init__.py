@@ -207,11 +207,12 @@ def verdicts(cells: list[str], graded: list[tuple[str, float | None]], student: 
              slot: int = 0, limits=None, call_seconds: float = CALL_TIMEOUT,
              function_seconds: float = math.inf) -> list:
     """The grade_cell.Verdict (it unpacks as (earned, possible, report)) of each (function,
-    points) of a submission whose code cells are `cells`. One runner, started once, serves the whole submission; each graded
-    function, and each candidate of the wrong-blank search (the learner's code with some
-    reference answers in it), runs in a fresh process forked from it. Runners are sandboxed
-    with `limits`; one call may take `call_seconds`, and one function's hidden test and
-    wrong-blank search together `function_seconds` (then it is not one blank).
+    points) of a submission whose code cells are `cells`. One runner, started once, serves
+    the whole submission; each graded function, and each candidate of the wrong-blank search
+    (the learner's code with some reference answers in it), runs in a fresh process forked
+    from it. Runners are sandboxed with `limits`; one call may take `call_seconds`, and one
+    function's hidden test and wrong-blank search together `function_seconds` (then it is
+    not one blank).
     """
     from autograder.grade_cell import Verdict, assess
 
