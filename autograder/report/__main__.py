@@ -31,7 +31,10 @@ def report(assignment: str, url: str, grading: Path, out: Path, names: bool,
         lines.append(f"  {len(graded.without_verdicts)} submission(s) graded before make grade "
                      "kept per-blank verdicts are left out: run make grade again")
     if not graded.submissions:
-        return [f"{assignment}: nothing graded", *lines] if graded.without_verdicts else []
+        if graded.not_graded:
+            lines.append(f"  {len(graded.not_graded)} submission(s) could not be graded (see "
+                         f"grading/grades/{assignment}.csv)")
+        return [f"{assignment}: nothing graded", *lines] if lines else []
     key = label_key(out)
     name = (lambda student: student) if names else (lambda s: tally.anonymous(s, key))
     tallies = tally.blank_tallies(graded, collect.exercise_blanks(assignment))
@@ -43,7 +46,7 @@ def report(assignment: str, url: str, grading: Path, out: Path, names: bool,
     every = sum(all(s >= m for s, m in sub.cells.values()) for sub in graded.submissions)
     lines.insert(0, f"{assignment}: {len(graded.submissions)} graded"
                  + (f", {len(graded.not_graded)} not graded" if graded.not_graded else "")
-                 + f"; full marks: {every}")
+                 + f"; {every} with full marks")
     lost = [t for t in tallies if t.lost][:3]
     if lost:
         lines.append("  most lost: " + "; ".join(
