@@ -197,3 +197,15 @@ def test_an_assignment_nobody_handed_in_is_left_out(planted, tmp_path):
     grading, url, _ = planted
     assert report("02_cost_models", url, grading, tmp_path, names=False, worst=5) == []
     assert not (tmp_path / "02_cost_models.html").exists()
+
+
+def test_a_function_that_could_not_be_graded_loses_every_blank():
+    """Does a verdict with points lost but no blank named (the judge could not grade the
+    function) count every blank of it as lost with its function, not as right?"""
+    blanks = collect.exercise_blanks(ASSIGNMENT)
+    function = next(iter(blanks))
+    verdict = {"function": function, "earned": 0.0, "possible": float(len(blanks[function])),
+               "lost": [], "unfilled": [], "changed": "", "reason": "", "fills": {}}
+    graded = collect.GradedClass(ASSIGNMENT, [collect.Submission("ann", {}, {function: verdict})])
+    tallies = tally.blank_tallies(graded, {function: blanks[function]})
+    assert [(t.lost, t.with_function, t.graded) for t in tallies] == [(1, 1, 1)] * len(tallies)

@@ -66,8 +66,11 @@ def blank_tallies(graded: GradedClass, blanks: dict[str, list[Blank]]) -> list[B
     tallies = {(fn, b.number): BlankTally(fn, b) for fn, bs in blanks.items() for b in bs}
     for submission in graded.submissions:
         for function, verdict in submission.verdicts.items():
+            every = range(1, len(blanks.get(function, [])) + 1)
             lost, unfilled = set(verdict["lost"]), set(verdict["unfilled"])
-            for number in range(1, len(blanks.get(function, [])) + 1):
+            if not lost and verdict["earned"] < verdict["possible"]:
+                lost = set(every)  # the function could not be graded at all
+            for number in every:
                 tally = tallies[function, number]
                 tally.graded += 1
                 fill = verdict["fills"].get(str(number))
