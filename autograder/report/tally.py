@@ -111,7 +111,6 @@ def flags(graded: GradedClass, name) -> list[Flag]:
         for function, verdict in submission.verdicts.items():
             if verdict["changed"]:
                 found.append(Flag(who, function, CHANGED, verdict["changed"]))
-            if (verdict["lost"] and not verdict["unfilled"] and verdict["reason"]
-                    and not verdict["changed"]):
+            if verdict["lost"] and not verdict["unfilled"] and verdict["reason"]:
                 found.append(Flag(who, function, FAILED_FILLED, verdict["reason"]))
     return sorted(found, key=lambda f: (f.student, f.function, f.kind))
