@@ -8,11 +8,11 @@ import base64
 import html
 import io
 
-from autograder.report.tally import BlankTally, Flag
+from autograder.report.tally import CHANGED, FAILED_FILLED, BlankTally, Flag
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
-text-align:left;vertical-align:top}th{background:#f3f3f3}td.n{text-align:right}
+text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f3f3f3}td.n{text-align:right}
 code{background:#f6f6f6;padding:0 .2em}.bar{background:#d9534f;height:.8em;display:inline-block}
 """
 
@@ -48,6 +48,34 @@ def chart(tallies: list[BlankTally]) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def flag_tables(flags: list[Flag]) -> list[str]:
+    """Code changed outside the blanks, one row each; then per function the students whose
+    filled blanks still failed, folded (a class of hundreds has many), with the complaint."""
+    e = html.escape
+    changed = [f for f in flags if f.kind == CHANGED]
+    failed: dict[str, list[Flag]] = {}
+    for f in flags:
+        if f.kind == FAILED_FILLED:
+            failed.setdefault(f.function, []).append(f)
+    out = [f"<h3 id='changed'>Changed outside the blanks ({len(changed)})</h3>",
+           "<p>Graded as released, with the student's fills: the change earned nothing.</p>"]
+    if changed:
+        out.append("<table><tr><th>student</th><th>function</th><th>line</th></tr>")
+        out += [f"<tr><td>{e(f.student)}</td><td><code>{e(f.function)}</code></td>"
+                f"<td><code>{e(f.detail)}</code></td></tr>" for f in changed]
+        out.append("</table>")
+    out += [f"<h3 id='failed'>Every blank filled, still failed "
+            f"({sum(map(len, failed.values()))})</h3>",
+            "<p>The hidden test's complaint names the idea missed; a shortcut past the idea "
+            "shows here.</p><table><tr><th>function</th><th>students</th></tr>"]
+    for function, rows in sorted(failed.items(), key=lambda item: -len(item[1])):
+        listed = "".join(f"<li>{e(f.student)}: {e(f.detail)}</li>" for f in rows)
+        out.append(f"<tr><td><code>{e(function)}</code></td><td><details><summary>{len(rows)}"
+                   f"</summary><ul>{listed}</ul></details></td></tr>")
+    out.append("</table>")
+    return out
 
 
 def render(assignment: str, graded: int, not_graded: int, tallies: list[BlankTally],
@@ -94,18 +122,6 @@ def render(assignment: str, graded: int, not_graded: int, tallies: list[BlankTal
             "<table><tr><th>graded cell</th><th>full marks</th></tr>"]
     out += [f"<tr><td><code>{e(cell)}</code></td><td class='n'>{percent(n / total)} "
             f"({n}/{total})</td></tr>" for cell, (n, total) in full.items()]
-    out += ["</table>", "<h2 id='flags'>Students to look at</h2>"]
-    if not flags:
-        out.append("<p>No code changed outside the blanks; no filled function failed.</p>")
-    else:
-        out.append("<p><b>changed outside the blanks</b>: graded as released with the "
-                   "student's fills (the change earned nothing). <b>filled, still failed</b>: "
-                   "every blank filled, points lost; the hidden test's complaint names the "
-                   "idea missed (a shortcut past the idea shows here).</p>"
-                   "<table><tr><th>student</th><th>function</th><th>flag</th>"
-                   "<th>detail</th></tr>")
-        out += [f"<tr><td>{e(f.student)}</td><td><code>{e(f.function)}</code></td>"
-                f"<td>{e(f.kind)}</td><td>{e(f.detail)}</td></tr>" for f in flags]
-        out.append("</table>")
+    out += ["</table>", "<h2 id='flags'>Students to look at</h2>", *flag_tables(flags)]
     out.append("</body></html>\n")
     return "\n".join(out)
