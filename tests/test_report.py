@@ -13,7 +13,7 @@ import pytest
 
 from autograder import mutants
 from autograder.report import collect, tally
-from autograder.report.__main__ import report
+from autograder.report.cli import main, report
 
 ASSIGNMENT = "01_collectives"
 STUDENTS = 300
@@ -208,3 +208,18 @@ def test_a_function_that_could_not_be_graded_loses_every_blank():
     graded = collect.GradedClass(ASSIGNMENT, [collect.Submission("ann", {}, {function: verdict})])
     tallies = tally.blank_tallies(graded, {function: blanks[function]})
     assert [(t.lost, t.with_function, t.graded) for t in tallies] == [(1, 1, 1)] * len(tallies)
+
+
+def test_without_a_gradebook_it_says_to_grade_first(tmp_path, monkeypatch, capsys):
+    """Does make report before any make grade stop with a message saying so?"""
+    monkeypatch.setenv("DISTLAB_GRADING_DIR", str(tmp_path))  # nbgrader_config.py's gradebook
+    with pytest.raises(SystemExit, match="no gradebook at .*: run make grade first"):
+        main([ASSIGNMENT])
+
+
+def test_an_unknown_assignment_is_named_with_the_known_ones(capsys):
+    """Does a mistyped id stop the report with the assignments there are?"""
+    with pytest.raises(SystemExit):
+        main(["01_colectives"])
+    assert "no solved source for 01_colectives (assignments: 01_collectives" in \
+        capsys.readouterr().err
