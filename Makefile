@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup lab test test-all quick strength release grade bench lint clean
+.PHONY: setup lab test test-all quick strength release grade report bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -63,6 +63,11 @@ release: setup
 
 grade: setup
 	$(BIN)/python -m autograder.batch
+
+# After make grade: which blanks the class missed, grading/reports/<id>.html per notebook and
+# a summary. Students are anonymous labels; `make report NAMES=1 IDS=01_collectives` names them.
+report: setup
+	$(BIN)/python -m autograder.report $(if $(NAMES),--names) $(IDS)
 
 bench: setup
 	$(BIN)/python -m bench

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import warnings
 import zlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -84,9 +85,38 @@ def _labels(blanks, numbers) -> str:
     )
 
 
+MAX_FILL_CHARS = 300  # of a learner's fill kept in the verdict (the class report shows it)
+
+
+@dataclass
+class Verdict:
+    """What grading one learner function decided. It unpacks as (earned, possible, report);
+    the rest is what the class report (autograder/report/) reads back from the autograded
+    notebook, where JudgeGrades stores it (`record()`)."""
+
+    earned: float
+    possible: float
+    report: list[str]
+    fills: dict[int, str] = field(default_factory=dict)  # blank -> what was graded there
+    lost: list[int] = field(default_factory=list)  # blanks that earned nothing
+    unfilled: list[int] = field(default_factory=list)
+    changed: str = ""  # `line N: code` changed outside the blanks (graded as released)
+    reason: str = ""  # the hidden test's complaint: the idea it names
+
+    def __iter__(self):
+        return iter((self.earned, self.possible, self.report))
+
+    def record(self) -> dict:
+        """Plain data for a notebook's metadata (JSON keys are strings)."""
+        return {"earned": self.earned, "possible": self.possible, "lost": self.lost,
+                "unfilled": self.unfilled, "changed": self.changed, "reason": self.reason,
+                "fills": {str(n): text[:MAX_FILL_CHARS] for n, text in self.fills.items()}}
+
+
 def assess(name: str, learner_source: str, make, points: float | None = None,
-           student: str | None = None) -> tuple[float, float, list[str]]:
-    """(earned, possible, report lines) for learner function `name`.
+           student: str | None = None) -> Verdict:
+    """The verdict on learner function `name`: (earned, possible, report lines), and per blank
+    what was graded there and whether it earned its point.
 
     `make(None)` gives the learner's function as submitted; `make(source)` the function defined
     by `source` (the learner's code with some blanks set to the reference answers).
@@ -94,32 +124,39 @@ def assess(name: str, learner_source: str, make, points: float | None = None,
     _, cell, blanks = reference.locate(name)
     test = test_for(name)
     possible = float(points if points is not None else max(len(blanks), 1))
+    every = sorted(b.number for b in blanks)
     seed = seed_for(name, student)
     template, _ = blank_source(cell.source)
     filled = diagnose.read_fills(learner_source, template, blanks)
     # Only the blanks are the learner's: code changed elsewhere is graded as released.
-    notes, graded = [], None
+    notes, graded, where = [], None, ""
     changed = changed_outside_blanks(name, learner_source, template)
     if changed is not None:
         line, text = changed
+        where = f"line {line}: {text}"
         if not filled.aligned():
-            return 0.0, possible, [
+            return Verdict(0.0, possible, [
                 f"✗ {name}", f"  line {line} was changed outside the blanks: {text}",
                 "  and the blanks could not be read back: restore the released code and "
-                "change only the `_____` parts"]
+                "change only the `_____` parts"], lost=every, changed=where)
         notes = [f"  line {line} was changed outside the blanks ({text}): that change earns "
                  "nothing; graded as released, with your fills"]
         graded = functions(filled.on_template(template))[name]
         filled = diagnose.read_fills(graded, template, blanks)
+    unfilled = filled.unfilled()
+
+    def verdict(earned: float, report: list[str], lost=(), reason: str = "") -> Verdict:
+        return Verdict(earned, possible, report, filled.fills, sorted(lost), sorted(unfilled),
+                       where, reason)
+
     # An unfilled blank earns nothing, even where the function returns before reaching it.
     empty = unfilled_lines(graded or learner_source)
     reason = "a blank is not filled yet" if empty else _failure(test, make, graded, seed)
     if reason is None:
-        return possible, possible, [f"✓ {name}: every hidden test passed", *notes]
+        return verdict(possible, [f"✓ {name}: every hidden test passed", *notes])
 
-    unfilled = filled.unfilled()
     wrong = None
-    if blanks and filled.aligned() and unfilled == {b.number for b in blanks}:
+    if blanks and filled.aligned() and unfilled == set(every):
         wrong = unfilled  # nothing filled, nothing to search: no blank earns a point
     elif blanks and filled.aligned():
         wrong = diagnose.wrong_blanks(
@@ -131,12 +168,12 @@ def assess(name: str, learner_source: str, make, points: float | None = None,
         report.append(f"  a hidden test failed: {reason}")
         report.append("  it is not one blank alone: check each blank's hint, and any line you "
                       "changed outside the blanks")
-        return 0.0, possible, report
+        return verdict(0.0, report, every, reason)
     if wrong - unfilled:
         report.append(f"  looks wrong: {_labels(blanks, wrong - unfilled)}")
         report.append(f"  a hidden test failed: {reason}")
     earned = round(possible * (len(blanks) - len(wrong)) / len(blanks), 2)
-    return earned, possible, report
+    return verdict(earned, report, wrong, reason if wrong - unfilled else "")
 
 
 def report_text(name: str, earned: float, possible: float, report: list[str]) -> str:

@@ -93,9 +93,24 @@ def test_two_wrong_blanks_are_both_named():
     """Are two wrong blanks both found (3 of 5)?"""
     learner = SOLVED.replace("(i + 1) % N       # BLANK next GPU", "(i + 2) % N")
     learner = learner.replace("(i - step) % N   # BLANK which chunk?", "(i - step - 1) % N")
-    earned, _, report = assess(define(learner))
-    assert earned == 3.0
-    assert "[1] (which chunk?), [2] (next GPU)" in "\n".join(report)
+    verdict = assess(define(learner))
+    assert verdict.earned == 3.0
+    assert "[1] (which chunk?), [2] (next GPU)" in "\n".join(verdict.report)
+
+
+def test_the_verdict_keeps_each_blanks_fill_and_which_lost_for_the_class_report():
+    """Does the verdict record what was written in each blank, which blanks lost their point
+    (unfilled ones too) and the hidden test's complaint, for the class report?"""
+    learner = TEMPLATE.replace("send = _____  # [1] which chunk?", "send = (i-step-1)%N"
+                               ).replace("dst = _____  # [2] next GPU", "dst = (i + 1) % N")
+    verdict = assess(define(learner))
+    assert (verdict.earned, verdict.lost, verdict.unfilled) == (1.0, [1, 3, 4, 5], [3, 4, 5])
+    assert verdict.fills[1] == "(i-step-1)%N" and verdict.fills[2] == "(i + 1) % N"
+    assert verdict.changed == ""
+    learner = SOLVED.replace("(i + 1) % N       # BLANK next GPU", "(i + 2) % N")
+    verdict = assess(define(learner))
+    assert verdict.lost == [2] and verdict.fills[2] == "(i + 2) % N"
+    assert "wrong sums" in verdict.reason
 
 
 def test_extra_lines_and_spacing_do_not_confuse_the_alignment():
@@ -205,7 +220,7 @@ def test_a_class_is_graded_per_blank_like_a_function(monkeypatch):
     monkeypatch.setitem(exercises.TESTS, "Counter", counter_test)
     right = cell_class(COUNTER, "Counter")
     assert diagnose.source_of(right).startswith("class Counter:")
-    assert assess(right)[:2] == (2.0, 2.0)
+    assert tuple(assess(right))[:2] == (2.0, 2.0)
     wrong = cell_class(COUNTER.replace("self.count += 1  #", "self.count += 2  #"), "Counter")
     earned, possible, report = assess(wrong)
     assert (earned, possible) == (1.0, 2.0)
@@ -241,8 +256,10 @@ def test_a_changed_line_is_graded_as_released_with_the_fills():
     changed = SOLVED.replace("    N = len(grads)\n", "    N = len(grads)  # world size\n"
                              ).replace("return [[v for c in row for v in c] for row in chunks]",
                                        "return [[0 for c in row for v in c] for row in chunks]")
-    earned, possible, report = assess(cell_function(changed, "ring_sum"))
+    verdict = assess(cell_function(changed, "ring_sum"))
+    earned, possible, report = verdict
     assert earned == possible, report
+    assert verdict.changed.startswith("line ") and "return [[0" in verdict.changed
     assert any("was changed outside the blanks" in line and "return [[0" in line
                for line in report), report
 

@@ -68,21 +68,11 @@ def problem(log: str) -> str:
 
 def changed_outside_blanks(autograded: Path) -> str:
     """The graded functions of an autograded notebook whose code the learner changed outside
-    the blanks (the judge's report says so; the change earned nothing), space-separated."""
-    import nbformat
+    the blanks (the judge's verdicts say so; the change earned nothing), space-separated."""
+    from autograder.report.collect import verdicts
 
-    names = []
-    for path in sorted(autograded.glob("*.ipynb")):
-        try:
-            nb = nbformat.read(str(path), as_version=4)
-        except Exception:  # noqa: BLE001 - an unreadable notebook has no report to read
-            continue
-        for cell in nb.cells:
-            text = "".join(o.get("text", "") for o in cell.get("outputs", [])
-                           if o.get("output_type") == "stream")
-            if "was changed outside the blanks" in text:
-                names.append(text.split()[1].rstrip(":"))
-    return " ".join(names)
+    return " ".join(function for path in sorted(autograded.glob("*.ipynb"))
+                    for function, verdict in verdicts(path).items() if verdict["changed"])
 
 
 def write_csv(assignment: str, failed: dict[str, str], url: str, out: Path,

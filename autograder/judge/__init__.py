@@ -205,15 +205,16 @@ def function_source(cells: list[str], name: str) -> str:
 
 def verdicts(cells: list[str], graded: list[tuple[str, float | None]], student: str,
              slot: int = 0, limits=None, call_seconds: float = CALL_TIMEOUT,
-             function_seconds: float = math.inf) -> list[tuple[float, float, list[str]]]:
-    """(earned, possible, report) for each (function, points) of a submission whose code
-    cells are `cells`. One runner, started once, serves the whole submission; each graded
-    function, and each candidate of the wrong-blank search (the learner's code with some
-    reference answers in it), runs in a fresh process forked from it. Runners are sandboxed
-    with `limits`; one call may take `call_seconds`, and one function's hidden test and
-    wrong-blank search together `function_seconds` (then it is not one blank).
+             function_seconds: float = math.inf) -> list:
+    """The grade_cell.Verdict (it unpacks as (earned, possible, report)) of each (function,
+    points) of a submission whose code cells are `cells`. One runner, started once, serves
+    the whole submission; each graded function, and each candidate of the wrong-blank search
+    (the learner's code with some reference answers in it), runs in a fresh process forked
+    from it. Runners are sandboxed with `limits`; one call may take `call_seconds`, and one
+    function's hidden test and wrong-blank search together `function_seconds` (then it is
+    not one blank).
     """
-    from autograder.grade_cell import assess
+    from autograder.grade_cell import Verdict, assess
 
     runner = Runner(cells, slot=slot, limits=limits, call_seconds=call_seconds)
     try:
@@ -229,8 +230,8 @@ def verdicts(cells: list[str], graded: list[tuple[str, float | None]], student: 
                 results.append(assess(name, function_source(cells, name), make, points,
                                       student))
             except Exception as err:  # noqa: BLE001 - one broken exercise must not sink the rest
-                results.append((0.0, float(points or 0), [f"✗ {name}: could not be graded "
-                                                          f"({type(err).__name__})"]))
+                results.append(Verdict(0.0, float(points or 0), [
+                    f"✗ {name}: could not be graded ({type(err).__name__})"]))
         return results
     finally:
         runner.close()

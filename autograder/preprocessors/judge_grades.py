@@ -5,6 +5,12 @@ whose (locked, restored) source calls `grade(fn)` gets its outputs rewritten fro
 `autograder.judge.verdicts`: the report as stdout and the points as the cell's value, which
 nbgrader reads as partial credit. Whatever the learner's kernel printed or returned there,
 a fake "score: 5 / 5" included, is discarded.
+
+The verdict's details (per blank what was graded there and whether it earned its point, a
+change outside the blanks, the hidden test's complaint) go into the cell's metadata,
+`distlab.verdict`, for the class report (autograder/report/): the autograded notebook is the
+grader's own file, and that key is dropped from every other cell, so a submission cannot bring
+its own.
 """
 
 import re
@@ -15,8 +21,9 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool
 
 from autograder import judge
-from autograder.grade_cell import report_text
+from autograder.grade_cell import Verdict, report_text
 
+VERDICT = "verdict"  # the key under cell.metadata["distlab"]
 GRADE_CALL = re.compile(r"^\s*grade\((\w+)(?:,\s*points=([\d.]+))?\)\s*$", re.M)
 
 
@@ -35,6 +42,8 @@ class JudgeGrades(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         if not self.enabled:
             return nb, resources
+        for cell in nb.cells:  # only the judge writes verdicts
+            cell.metadata.get("distlab", {}).pop(VERDICT, None)
         student = resources.get("nbgrader", {}).get("student", "")
         code = [c.source for c in nb.cells if c.cell_type == "code" and not utils.is_grade(c)]
         graded = []
@@ -50,13 +59,14 @@ class JudgeGrades(NbGraderPreprocessor):
                                       limits.call_seconds, limits.function_seconds)
         except Exception as err:  # noqa: BLE001 - the notebook still gets a (zero) grade
             self.log.error("judging failed: %s", err)
-            verdicts = [(0.0, 0.0, [f"✗ {name}: could not be graded ({err})"])
+            verdicts = [Verdict(0.0, 0.0, [f"✗ {name}: could not be graded ({err})"])
                         for _, name, _ in graded]
-        for (cell, name, _), (earned, possible, report) in zip(graded, verdicts, strict=True):
+        for (cell, name, _), verdict in zip(graded, verdicts, strict=True):
             cell.outputs = [
-                new_output("stream", name="stdout",
-                           text=report_text(name, earned, possible, report)),
-                new_output("execute_result", data={"text/plain": repr(earned)},
+                new_output("stream", name="stdout", text=report_text(name, *verdict)),
+                new_output("execute_result", data={"text/plain": repr(verdict.earned)},
                            execution_count=cell.get("execution_count")),
             ]
+            cell.metadata.setdefault("distlab", {})[VERDICT] = {"function": name,
+                                                                **verdict.record()}
         return nb, resources

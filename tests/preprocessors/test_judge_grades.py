@@ -3,6 +3,7 @@
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
+from autograder.grade_cell import Verdict
 from autograder.preprocessors import JudgeGrades, judge_grades
 
 
@@ -27,7 +28,7 @@ def test_the_verdict_replaces_the_kernels_output(monkeypatch):
 
     def verdicts(cells, graded_fns, student, *args):
         seen.update(cells=cells, graded=graded_fns, student=student)
-        return [(1.0, 3.0, ["✗ f", "  looks wrong: [2]"])]
+        return [Verdict(1.0, 3.0, ["✗ f", "  looks wrong: [2]"])]
 
     monkeypatch.setattr(judge_grades.judge, "verdicts", verdicts)
     nb, _ = JudgeGrades().preprocess(notebook(), {"nbgrader": {"student": "ann"}})
@@ -36,6 +37,27 @@ def test_the_verdict_replaces_the_kernels_output(monkeypatch):
     assert outputs[1].data["text/plain"] == "1.0"
     assert seen == {"cells": ["def f():\n    return 1\n"], "graded": [("f", None)],
                     "student": "ann"}
+
+
+def test_the_verdict_is_kept_for_the_class_report_and_a_forged_one_is_dropped(monkeypatch):
+    """Does the graded cell's metadata hold the judge's verdict per blank (what the class
+    report reads), and is a verdict the submission brought in another cell dropped?"""
+    def verdicts(cells, graded_fns, student, *args):
+        return [Verdict(2.0, 3.0, ["✗ f"], fills={1: "a", 2: "b + 1", 3: "c"}, lost=[2],
+                        reason="f(2) is 3, expected 2")]
+
+    monkeypatch.setattr(judge_grades.judge, "verdicts", verdicts)
+    nb = notebook()
+    forged = {"function": "f", "earned": 3.0, "possible": 3.0, "lost": []}
+    nb.cells[0].metadata["distlab"] = {"verdict": forged}
+    nb.cells[1].metadata["distlab"] = {"verdict": forged}
+    nb, _ = JudgeGrades().preprocess(nb, {})
+    assert "verdict" not in nb.cells[0].metadata["distlab"]
+    assert nb.cells[1].metadata["distlab"]["verdict"] == {
+        "function": "f", "earned": 2.0, "possible": 3.0, "lost": [2], "unfilled": [],
+        "changed": "", "reason": "f(2) is 3, expected 2",
+        "fills": {"1": "a", "2": "b + 1", "3": "c"}}
+    nbformat.validate(nb)  # the autograded notebook stays a valid notebook
 
 
 def test_a_judge_that_fails_gives_zero_and_says_so(monkeypatch):

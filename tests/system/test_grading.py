@@ -6,6 +6,7 @@ lost, and named). One solved submission also goes through nbgrader's own CLI.
 
 import csv
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,80 @@ def test_a_shortcut_loses_points_and_the_feedback_names_the_idea(graded, assignm
         cell = f"{function}_tests"
         assert float(row[cell]) < float(full[cell]), (shortcut.id, row)
         assert shortcut.says.lower() in feedback[assignment]["shortcuts"].lower(), shortcut.id
+
+
+def test_the_class_report_counts_what_the_batch_planted(grading, graded):
+    """Does `python -m autograder.report` on this graded class write one page per notebook and
+    count what was planted: per blank the untouched student (not filled), the one wrong blank
+    with what was written there, the cheat's changed function, each shortcut's function
+    flagged, and per exercise the full marks the CSV shows; students anonymous by default?"""
+    from autograder.report import collect, tally
+
+    folder, env = grading
+    result = subprocess.run([sys.executable, "-m", "autograder.report", *WRONG], cwd=paths.ROOT,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and not result.stderr, result.stdout + result.stderr
+    url = f"sqlite:///{folder / 'gradebook.db'}"
+    rows = graded[0]
+    for assignment, (function, number, wrong) in WRONG.items():
+        students = {"solved", "untouched", "one_wrong", "shortcuts"} | (
+            {"cheat"} if assignment == "01_collectives" else set())
+        graded_class = collect.read_class(assignment, url, folder)
+        verdicts = {s.student: s.verdicts for s in graded_class.submissions}
+        # test_nbgrader_cli_grades_like_make_grade may have added a solved "cli" student
+        assert set(verdicts) - students <= {"cli"}
+        solved_too = len(set(verdicts) - students)
+        assert set(verdicts) >= students
+        assert f"{assignment}: {len(verdicts)} graded" in result.stdout
+        page = (folder / "reports" / f"{assignment}.html").read_text()
+        assert "one_wrong" not in page and re.search(r"student [0-9a-f]{6}", page)  # anonymous
+        tallies = {(t.function, t.blank.number): t
+                   for t in tally.blank_tallies(graded_class, collect.exercise_blanks(assignment))}
+        for (fn, n), t in tallies.items():
+            shortcut = n in verdicts["shortcuts"][fn]["lost"]
+            cheated = assignment == "01_collectives" and fn == CHEAT
+            planted = (fn, n) == (function, number)
+            assert t.unfilled == 1, t.label  # the untouched notebook
+            assert t.lost == 1 + planted + shortcut + cheated, t.label
+        planted = tally.normalized(wrong(tallies[function, number].blank.answer))
+        firsts = shortcuts.first_of_each(assignment)
+        same = function in firsts and tally.normalized(
+            firsts[function].answers.get(number, "")) == planted  # the shortcut wrote it too
+        assert tallies[function, number].wrong[planted] == 1 + same
+        flags = {(f.student, f.function, f.kind)
+                 for f in tally.flags(graded_class, lambda student: student)}
+        assert (("one_wrong", function, tally.FAILED_FILLED) in flags
+                and not any(f[0] in ("solved", "untouched") for f in flags)), flags
+        for shortcut in firsts:
+            assert ("shortcuts", shortcut, tally.FAILED_FILLED) in flags, (shortcut, flags)
+        if assignment == "01_collectives":
+            assert graded_class.not_graded == ["corrupt"]
+            assert {f[1] for f in flags if f[0] == "cheat"} == {CHEAT, "chunk_bounds"}
+        solved_row = rows[assignment]["solved"]
+        for cell, (full, total) in tally.full_marks(graded_class).items():
+            assert (full, total) == (solved_too + sum(float(rows[assignment][s][cell]) >= float(
+                solved_row[cell]) for s in students), len(verdicts)), cell
+    browser_check(folder / "reports" / "01_collectives.html")
+
+
+def browser_check(page_path: Path) -> None:
+    """The report opens in Chromium: its chart is drawn and its tables are there."""
+    import importlib.util
+
+    from lab_server import CHROMIUM, CHROMIUM_ARGS
+
+    if not Path(CHROMIUM).exists() or importlib.util.find_spec("playwright") is None:
+        pytest.skip(f"the report's counts pass; its browser check needs {CHROMIUM} and "
+                    "playwright (`apt-get install -y chromium`)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(page_path.as_uri())
+            assert page.evaluate("document.querySelector('img').naturalWidth") > 0
+            assert page.locator("#changed + p + table tr").count() == 3  # header, 2 changed
+            assert page.locator("text=what the class missed").count() == 1
+        finally:
+            browser.close()
