@@ -8,8 +8,8 @@ stage 0 is plain data parallelism (the full model and AdamW on every rank, each 
 all-reduced after the backward, as the notebook's `step_counted(..., ddp=True)`); stage 1 the
 reference `ShardedOptimizer` (whole parameters owned by ranks, all-reduce + broadcasts);
 stage 2 the reference `Zero2Optimizer` (one padded flat buffer, reduce-scatter + all-gather);
-stage 3 the notebook's `zero3` (each Linear a `Zero3Linear`: gathered for its forward and again
-for its backward, its gradient reduce-scattered). Each rank builds them as the notebook's
+stage 3 the notebook's `zero3` (each Linear a unit through its `GatheredUnit`: gathered for its
+forward and again for its backward, its gradient reduce-scattered). Each rank builds them as the notebook's
 `one_step(rank, world_size, stage)` does, on one float32 model: the notebook's BIG widths
 (64, 256, 128, 256, 64, 16) made 4x wider, so that a step computes something (1.6 M parameters
 in 10 tensors; the 1024x512 and 512x1024 weights are a third of the model each), with 63
@@ -53,7 +53,7 @@ COUNTER_BYTES = 4  # AdamW's `step`: a float32 scalar tensor per parameter tenso
 RING = {"all_reduce": 2, "reduce_scatter_single": 1, "all_gather_single": 1, "broadcast": 1,
         "reduce": 1}
 NAMES = {0: "stage 0: DDP-style (all-reduce each grad)", 1: "stage 1: ShardedOptimizer",
-         2: "stage 2: Zero2Optimizer", 3: "stage 3: zero3 (Zero3Linear)"}
+         2: "stage 2: Zero2Optimizer", 3: "stage 3: zero3 (GatheredUnit)"}
 
 
 def _time_stages(rank, world_size, zero, widths, rows, warmup, repeats):

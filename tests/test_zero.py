@@ -16,7 +16,7 @@ from distlab.source.markers import blank_source
 ASSIGNMENT = "06_zero"
 nb = Notebook(ASSIGNMENT)
 PURE = ["model_state_bytes", "assign_params"]
-ON_RANKS = ["ShardedOptimizer", "FlatShard", "Zero2Optimizer", "GatheredLinear"]
+ON_RANKS = ["ShardedOptimizer", "FlatShard", "Zero2Optimizer", "GatheredUnit"]
 
 # One plausible mistake per blank: (unit, blank number, what a learner might write there).
 WRONG = [
@@ -31,10 +31,10 @@ WRONG = [
     ("Zero2Optimizer", 2, "torch.zeros_like(p)"),  # a full gradient kept
     ("Zero2Optimizer", 3, "self.layout.shard_of(flat_grad)"),  # this rank's gradient only
     ("Zero2Optimizer", 4, "None"),  # the other ranks' slices never arrive
-    ("GatheredLinear", 1, "layout.views(layout.flatten([shard]))"),  # the slice alone, padded
-    ("GatheredLinear", 2, "ctx.save_for_backward(x, layout.gather(shard))"),  # the whole layer
-    ("GatheredLinear", 3, "layout.views(shard)"),
-    ("GatheredLinear", 4, "layout.shard_of(flat_grad)"),  # not averaged over ranks
+    ("GatheredUnit", 1, "unit.layout.gather(shard)"),  # gathered in fp32: bf16 twice the bytes
+    ("GatheredUnit", 2, "ctx.save_for_backward(full, *inputs)"),  # the whole unit
+    ("GatheredUnit", 3, "unit.layout.gather(shard)"),  # the backward in the master's dtype
+    ("GatheredUnit", 4, "unit.layout.shard_of(grad_full)"),  # not averaged over ranks
 ]
 
 
@@ -81,16 +81,28 @@ def test_every_blank_has_a_wrong_variant():
         assert {(name, b.number) for b in reference.locate(name)[2]} <= covered, name
 
 
-@pytest.mark.parametrize("kept", ["weight", "weight.clone()"])
-def test_a_layer_that_keeps_its_gathered_weight_fails(kept):
-    """Does a ZeRO-3 layer that computes the right numbers but keeps the gathered layer (or a
-    copy of it) alive until the backward, stashed on ctx, fail, saying what ZeRO-3 frees?"""
-    _, cell, _ = reference.locate("GatheredLinear")
-    source = cell.source.replace("        ctx.layout = layout\n",
-                                 f"        ctx.layout, ctx.kept = layout, {kept}\n")
+@pytest.mark.parametrize("kept", ["full", "full.clone()"])
+def test_a_unit_that_keeps_its_gathered_parameters_fails(kept):
+    """Does a ZeRO-3 unit that computes the right numbers but keeps the gathered parameters (or
+    a copy of them) alive until the backward, stashed on ctx, fail, saying what ZeRO-3 frees?"""
+    _, cell, _ = reference.locate("GatheredUnit")
+    source = cell.source.replace("        ctx.unit = unit\n",
+                                 f"        ctx.unit, ctx.kept = unit, {kept}\n")
     assert source != cell.source
-    assert "frees each gathered layer" in fails("GatheredLinear",
-                                                nb.define("GatheredLinear", source))
+    assert "frees each gathered layer" in fails("GatheredUnit",
+                                                nb.define("GatheredUnit", source))
+
+
+def test_a_unit_that_rounds_its_master_to_bf16_fails():
+    """Does a ZeRO-3 unit whose forward rounds the fp32 master slice to bf16 in place (the
+    same gathered copy, the precision of the master lost) fail on what the master is?"""
+    _, cell, _ = reference.locate("GatheredUnit")
+    source = cell.source.replace(
+        "unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK the whole unit, in",
+        "unit.layout.gather(shard.data.copy_(shard.to(unit.compute_dtype)).to("
+        "unit.compute_dtype))  # BLANK the whole unit, in")
+    assert source != cell.source
+    assert "master slice" in fails("GatheredUnit", nb.define("GatheredUnit", source))
 
 
 def test_a_sharded_optimizer_that_updates_everything_everywhere_fails():

@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 import types
 
-from autograder.exercises import exercise
+from autograder.exercises import exercise, zero_lm
 from autograder.exercises.checks import (
     calls_of,
     check_close,
     check_tensor,
     describe,
     first_rank_failure,
+    fmt,
     live_tensor_bytes,
     on_ranks,
     rank_failure,
@@ -530,31 +531,22 @@ def _zero2_communication(where, rank, n, size, summaries):
 
 
 def _zero3_harness(rank, world_size, fn, cases):
-    """A model of the learner's GatheredLinear layers, trained; per case: (first output,
-    input gradient, slices' gradients, slices after training, what the first forward and
-    backward did: their recorder summaries and the bytes held between them)."""
+    """A model of Linear units (distlab's plumbing around the learner's GatheredUnit),
+    trained; per case: (first output, input gradient, slices' gradients, slices after
+    training, what the first forward and backward did: their recorder summaries and the bytes
+    held between them)."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
+    from distlab.zero_units import shard_units, units_of
+
     def one_case(case):
         widths, name, steps, seed = case
         plain = _model(widths, seed)
-        layers = []
-        for module in plain:
-            if isinstance(module, nn.Linear):
-                layout = _FlatShard([module.weight.shape, module.bias.shape])
-                flat = layout.flatten([module.weight.detach(), module.bias.detach()])
-                layers.append((layout, nn.Parameter(layout.shard_of(flat).clone())))
-            else:
-                layers.append(None)
-
-        def forward(h):
-            for layer in layers:
-                h = torch.tanh(h) if layer is None else fn.apply(h, layer[1], layer[0])
-            return h
-
-        shards = [layer[1] for layer in layers if layer is not None]
+        forward = shard_units(plain, [m for m in plain if isinstance(m, nn.Linear)], fn,
+                              _FlatShard)
+        shards = [unit.shard for unit in units_of(forward)]
         x, y = (t.chunk(world_size)[rank] for t in _batch(widths, world_size, seed))
         x = x.clone().requires_grad_()
         before = _live()  # the slices and this rank's batch
@@ -594,7 +586,7 @@ def _layer_slices(model, n, rank, grads=False):
 
 
 @exercise
-def GatheredLinear(fn, rng):  # noqa: N802 - the exercise is named after the learner's class
+def GatheredUnit(fn, rng):  # noqa: N802 - the exercise is named after the learner's class
     import torch.nn.functional as F
 
     from distlab import require_filled
@@ -638,6 +630,80 @@ def GatheredLinear(fn, rng):  # noqa: N802 - the exercise is named after the lea
                                  "training", "unsharded training gives")
                 if n > 1:
                     _zero3_budget(where, rank, n, widths, len(x) // n, *memory)
+    for n, reduce in ((2, "float32"), (4, "bfloat16")):  # bf16 compute, either reduce
+        cases = [("bfloat16", reduce, int(rng.integers(1000))),
+                 ("float64", "float64", int(rng.integers(1000)))]
+        for case, entries in zip(cases, _on_ranks_each(zero_lm.lm_harness, fn, n, cases),
+                                 strict=True):
+            _check_lm(n, case, entries)
+
+
+def _check_lm(n, case, entries):
+    """A small transformer's first forward and backward on every rank, and (float64) two
+    AdamW steps, against the oracle's; the dtype and bytes of every copy."""
+
+    compute, reduce, seed = case
+    where = (f"world_size={n}, a small transformer (embedding, LayerNorms, linears without "
+             f"bias, tied LM head, frozen positional embedding), compute in {compute}, "
+             f"gradients reduced in {reduce}")
+    first_rank_failure(where, entries)
+    logits, grads, trained = zero_lm.oracle(n, compute, seed)
+    master = "torch.float64" if compute == "float64" else "torch.float32"
+    for rank, (_, (got_logits, units, fwd, bwd, full)) in enumerate(entries):
+        check_tensor(got_logits, logits[rank], where, rank, "the logits",
+                     f"its batch through the model in {compute} gives")
+        sizes = zero_lm.unit_sizes(units, n, grads)
+        for (names, grad, shard_dtype, grad_dtype, kept), size in zip(units, sizes,
+                                                                       strict=True):
+            if (shard_dtype, grad_dtype) != (master, master) or not kept:
+                raise AssertionError(
+                    f"{where}: rank {rank}'s slice of {names} is {shard_dtype} with a "
+                    f"{grad_dtype} gradient, {'unchanged' if kept else 'changed'} by the "
+                    "forward and backward: the master slice and its gradient stay {master} "
+                    "(the optimizer updates them, nothing else); only the gathered copies "
+                    "are in the compute dtype")
+            flat, _ = _padded([grads[name].detach() for name in names], n)
+            want = flat[rank * size:(rank + 1) * size]
+            if compute == "float64":
+                check_tensor(grad, want, where, rank, f"the gradient of the slice of {names}",
+                             "its slice of the mean gradient is")
+            elif (grad - want).norm() > zero_lm.BF16_GRAD_RTOL * want.norm():
+                raise AssertionError(
+                    f"{where}: rank {rank}'s slice of {names} got the gradient "
+                    f"{fmt(grad.tolist())}, where its slice of the mean of the ranks' bf16 "
+                    f"gradients is {fmt(want.tolist())}")
+        _lm_communication(where, rank, n, compute, reduce, sizes, fwd, bwd)
+        if trained is not None:
+            for name, param in trained.items():
+                if param.requires_grad:
+                    check_tensor(full[name], param.detach(), where, rank,
+                                 f"{name} after two AdamW steps", "single-process training "
+                                 "gives")
+
+
+def _lm_communication(where, rank, n, compute, reduce, sizes, fwd, bwd):
+    """Per call of a unit's module (one per block, three for the root's unit: the embedding,
+    the last norm, the tied head; the frozen positional embedding none), one all-gather in
+    the compute dtype, forward and backward, and one reduce-scatter in the reduce dtype."""
+    import torch
+
+    calls = [1] * zero_lm.LAYERS + [3]
+    elements = n * sum(c * size for c, size in zip(calls, sizes, strict=True))
+    width = {name: torch.empty(0, dtype=getattr(torch, name)).element_size()
+             for name in (compute, reduce)}
+    for phase, summary in (("forward", fwd), ("backward", bwd)):
+        gathered = sum(c["bytes"] for c in calls_of(summary, "all_gather"))
+        if calls_of(summary, "all_reduce") or gathered != width[compute] * elements:
+            raise AssertionError(
+                f"{where}: rank {rank}'s {phase} made {describe(summary)}; ZeRO-3 gathers each "
+                f"unit for each call, cast to {compute} before it travels: "
+                f"{width[compute] * elements} B in all, and no all-reduce")
+    scattered = sum(c["bytes"] for c in calls_of(bwd, "reduce_scatter"))
+    if scattered != width[reduce] * elements or calls_of(fwd, "reduce_scatter"):
+        raise AssertionError(
+            f"{where}: rank {rank}'s backward made {describe(bwd)}: each call's gradient is "
+            f"reduce-scattered in the reduce dtype, {reduce}: {width[reduce] * elements} B "
+            "in all")
 
 
 def _zero3_budget(where, rank, n, widths, batch, fwd, between, bwd):

@@ -34,7 +34,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from distlab import run
 from distlab.zero import (
@@ -47,6 +47,7 @@ from distlab.zero import (
     tensor_bytes,
     trace_gathered,
 )
+from distlab.zero_units import shard_units, units_of
 
 # %% [markdown]
 # ## 1. Where the memory goes
@@ -617,15 +618,17 @@ assert abs(sent - 2 * 3 / 4 * 4 * slice_len / sum(sizes)) < 1e-9
 # ## 5. ZeRO-3: gather, use, free
 #
 # Stage 3 partitions the parameters themselves: between uses, each rank keeps only its slice
-# of every layer. A layer's full weight is **all-gathered just before its forward** and
-# dropped right after; the backward needs it again, so it is **gathered again**, then dropped
-# again, and the layer's weight gradient is **reduce-scattered** at once, so each rank keeps
-# its slice of that too. At any moment a rank holds one full layer, not the model.
+# of them. The model is cut into **units** (a layer, a transformer block: what FSDP calls the
+# modules you wrap); each unit's parameters lie in one flat buffer (section 3), of which each
+# rank keeps its slice. A unit's parameters are **all-gathered just before its forward** and
+# dropped right after; the backward needs them again, so they are **gathered again**, then
+# dropped again, and the unit's gradient is **reduce-scattered** at once, so each rank keeps
+# its slice of that too. At any moment a rank holds one whole unit, not the model.
 #
 # There is a catch. Autograd keeps whatever an operation needs for its backward: `F.linear`
 # saves its weight. Gather the weight, call `F.linear` under autograd, drop your variable, and
-# autograd still holds the full weight until the backward (you will see it below). So the
-# layer is its own `torch.autograd.Function`, which decides what is saved:
+# autograd still holds the full weight until the backward (you will see it below). So each
+# call of a unit is one `torch.autograd.Function`, which decides what is saved:
 #
 # * `forward(ctx, *inputs)` runs without autograd recording anything;
 #   `ctx.save_for_backward(*tensors)` keeps tensors for the backward, `ctx.anything = value`
@@ -633,80 +636,93 @@ assert abs(sent - 2 * 3 / 4 * 4 * slice_len / sum(sizes)) < 1e-9
 # * `backward(ctx, grad_output)` gets them back (`ctx.saved_tensors`) and returns one gradient
 #   per input of `forward` (`None` for a non-tensor).
 #
-# The backward of $y = x W^\top + b$ is notebook 04's: with $x$ of shape (batch, in), $W$
-# (out, in) and the incoming gradient $g = \partial L/\partial y$ (batch, out), each gradient
-# is a product of $g$ with one of the others, in the order (and orientation) that gives it its
-# shape; $\partial L/\partial b$ sums $g$ over the batch.
+# Inside, the unit's own module computes, whatever it is (an embedding, a LayerNorm, a whole
+# transformer block): `unit.run(full, inputs)` runs the module's forward with its parameters
+# taken from a gathered flat buffer `full`. Since the forward recorded nothing, the backward
+# runs it once more, under autograd, and takes its gradients:
+# `unit.gradients(full, inputs, grad_output)` returns the inputs' gradients and `full`'s (a
+# flat buffer like `full`). That is notebook 05's gradient checkpointing, one unit at a time:
+# a unit keeps only its inputs between forward and backward. (FSDP keeps autograd's
+# activations instead, and frees the storage under the saved parameters, refilling it before
+# the backward: less compute, more bookkeeping.)
+#
+# **Mixed precision.** The slice a rank keeps is the **master** copy, in fp32: the optimizer
+# updates it, and its state is fp32 too. The compute runs in `unit.compute_dtype` (bf16 or
+# fp16: half the bytes, and the fast units of a GPU), so the whole parameters exist only in
+# that dtype; gradients are averaged in `unit.reduce_dtype`. Cast each copy where it is
+# smallest: `t.to(dtype)` is a copy of `t` in `dtype` (or `t` itself when it already is).
+# With plain fp32 training, both dtypes are the master's, and every cast is a no-op.
 
-# %% solution="GatheredLinear"
-class GatheredLinear(torch.autograd.Function):
-    """y = x W^T + b for a Linear layer of which this rank keeps only `shard`, its slice of
-    the flat [W, b] that `layout` (a FlatShard) describes. x is (batch, in)."""
+# %% solution="GatheredUnit"
+class GatheredUnit(torch.autograd.Function):
+    """One call of a module of a ZeRO-3 unit, of which this rank keeps only `shard` (its slice
+    of the unit's flat parameters, the fp32 master). `unit`: its `layout` (a FlatShard),
+    `compute_dtype`, `reduce_dtype`, `run(full, inputs)` and `gradients(full, inputs,
+    grad_output)`."""
 
     @staticmethod
-    def forward(ctx, x, shard, layout):
-        weight, bias = layout.views(layout.gather(shard))  # BLANK the whole layer, for this call only # ACCEPT `layout.views(layout.gather(shard.detach()))` # REJECT `layout.views(shard)` `layout.views(layout.flatten([shard]))`
-        ctx.layout = layout
-        ctx.save_for_backward(x, shard)  # BLANK `ctx.save_for_backward(x, shard)` what must the backward find here? # ACCEPT `ctx.save_for_backward(x.detach(), shard.detach())` # REJECT `ctx.save_for_backward(x, weight)` `ctx.save_for_backward(x, layout.gather(shard))`
-        return F.linear(x, weight, bias)
+    def forward(ctx, shard, unit, *inputs):
+        full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK the whole unit, in the compute dtype, for this call only # ACCEPT `unit.layout.gather(shard.detach().to(unit.compute_dtype))` # REJECT `unit.layout.gather(shard)` `unit.layout.gather(shard).to(unit.compute_dtype)` `unit.layout.flatten([shard.to(unit.compute_dtype)])`
+        ctx.unit = unit
+        ctx.save_for_backward(shard, *inputs)  # BLANK `ctx.save_for_backward(shard, *inputs)` what must the backward find here? # ACCEPT `ctx.save_for_backward(shard.detach(), *inputs)` # REJECT `ctx.save_for_backward(full, *inputs)` `ctx.save_for_backward(unit.layout.gather(shard), *inputs)`
+        return unit.run(full, inputs)  # the module's own forward, on the gathered parameters
 
     @staticmethod
-    def backward(ctx, grad_y):
-        x, shard = ctx.saved_tensors
-        layout = ctx.layout
-        weight, bias = layout.views(layout.gather(shard))  # BLANK the weight and bias, for the gradient of x # REJECT `layout.views(shard)`
-        grad_x = grad_y @ weight  # (batch, out) @ (out, in)
-        grad_weight = grad_y.T @ x  # (out, batch) @ (batch, in)
-        grad_bias = grad_y.sum(dim=0)
-        flat_grad = layout.flatten([grad_weight, grad_bias])  # this rank's batch only
-        return grad_x, layout.reduce_scatter(flat_grad), None  # BLANK `layout.reduce_scatter(flat_grad)` the gradient of shard # ACCEPT `layout.reduce_scatter(flat_grad.contiguous())` # REJECT `layout.shard_of(flat_grad)`
+    def backward(ctx, grad_output):
+        shard, *inputs = ctx.saved_tensors
+        unit = ctx.unit
+        full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK the whole unit again # REJECT `unit.layout.views(shard)` `shard`
+        grad_inputs, grad_full = unit.gradients(full, inputs, grad_output)  # forward + backward
+        grad_shard = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype))  # BLANK this rank's slice of the averaged gradient # ACCEPT `unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype).contiguous())` # REJECT `unit.layout.reduce_scatter(grad_full)` `unit.layout.shard_of(grad_full)` `unit.layout.reduce_scatter(grad_full.float())` `unit.layout.reduce_scatter(grad_full).to(unit.reduce_dtype)`
+        return grad_shard.to(shard.dtype), None, *grad_inputs  # the master's gradient: fp32
 
 
 # %% [markdown]
-# A layer module around it, and a model converted layer by layer. Its parameters are only the
-# slices: that is all an optimizer over `model.parameters()` sees, so any element-wise
-# optimizer is already sharded.
+# The plumbing around it is `distlab.zero_units.shard_units`: it walks the model, flattens
+# each unit's parameters into a `FlatShard` (a parameter held by two modules, such as an
+# embedding tied to the LM head, once), keeps this rank's slice as a parameter of the model
+# (so an optimizer over `model.parameters()` sees only slices: any element-wise optimizer is
+# already sharded) and sends every call of a unit's module through your `GatheredUnit`, with
+# its floating inputs cast to the compute dtype. The parameters no unit holds form one more
+# unit, the root's. Frozen parameters (`requires_grad=False`) stay whole on every rank: they
+# have no gradient and no optimizer state.
 
 # %%
-class Zero3Linear(nn.Module):
-    """A Linear layer of which this rank keeps only its slice, the parameter `shard`."""
-
-    def __init__(self, linear):
-        super().__init__()
-        self.layout = FlatShard([linear.weight.shape, linear.bias.shape])
-        flat = self.layout.flatten([linear.weight.detach(), linear.bias.detach()])
-        self.shard = nn.Parameter(self.layout.shard_of(flat).clone())  # the full flat goes
-
-    def forward(self, x):
-        return GatheredLinear.apply(x, self.shard, self.layout)
-
-
-def zero3(model, layer_cls=None):
-    """model (an nn.Sequential) with each Linear replaced by a Zero3Linear (or layer_cls)."""
-    layer_cls = layer_cls or Zero3Linear
-    return nn.Sequential(*[layer_cls(m) if isinstance(m, nn.Linear) else m for m in model])
+def zero3(model, units=None, compute_dtype=None, reduce_dtype=None, function=None):
+    """`model`, sharded in place unit by unit (default: each child that has parameters),
+    computing in `compute_dtype` and reducing gradients in `reduce_dtype` (default: the
+    compute dtype, as FSDP2's MixedPrecisionPolicy), through `function` (GatheredUnit)."""
+    if units is None:
+        units = [child for child in model.children() if any(True for _ in child.parameters())]
+    return shard_units(model, units, function or GatheredUnit, FlatShard, compute_dtype,
+                       reduce_dtype)
 
 
 def full_parameters(model):
-    """Every layer's whole [W, b], gathered (a collective: every rank must call it)."""
-    return [t.clone() for m in model if isinstance(m, Zero3Linear)
-            for t in m.layout.views(m.layout.gather(m.shard.detach()))]
+    """{name: the whole parameter}, each unit gathered (a collective: every rank calls it)."""
+    full = {}
+    for unit in units_of(model):
+        if unit.shard is not None:
+            views = unit.layout.views(unit.layout.gather(unit.shard.detach()))
+            full.update({name: view.clone() for name, view in zip(unit.names, views,
+                                                                   strict=True)})
+    return full
 
 
 def zero3_training(rank, world_size, optimizer_cls, kwargs, steps=3):
-    model = zero3(make_model())
+    model = zero3(make_model())  # each Linear a unit
     x, y = my_part(make_batch(world_size), rank, world_size)
     x = x.clone().requires_grad_()
     out = model(x)
     F.mse_loss(out, y).backward()
-    first = (out.detach(), x.grad, full_parameters(model))  # before any update
+    first = (out.detach(), x.grad, list(full_parameters(model).values()))  # before any update
     optimizer = optimizer_cls(model.parameters(), **kwargs)
     optimizer.step()
     for _ in range(steps - 1):
         optimizer.zero_grad()
-        F.mse_loss(model(x.detach()), y).backward()  # no all-reduce: each layer reduce-scatters
+        F.mse_loss(model(x.detach()), y).backward()  # no all-reduce: each unit reduce-scatters
         optimizer.step()
-    return first, full_parameters(model)
+    return first, list(full_parameters(model).values())
 
 
 for optimizer_cls, kwargs in (ADAMW, SGD):
@@ -728,10 +744,13 @@ for optimizer_cls, kwargs in (ADAMW, SGD):
     print(f"{optimizer_cls.__name__}: outputs, input gradients and trained parameters equal")
 print("✓ ZeRO-3 computes what the unsharded model computes")
 
-# %% tests="GatheredLinear_tests" points=4
+# %% tests="GatheredUnit_tests" points=4
 # Hidden tests (4 points): 1 to 4 ranks, random layer widths, AdamW and SGD with momentum;
 # outputs, input gradients and trained parameters against the unsharded model; what is saved
-# and held between forward and backward, and the collectives of each.
+# and held between forward and backward, and the collectives of each; on 2 and 4 ranks, a small
+# transformer (embedding, LayerNorm, linears without bias, a tied LM head, a frozen parameter,
+# 3-D inputs) in float64, and in bf16 with gradients reduced in fp32 and in bf16: the dtype
+# and the bytes of each copy.
 ### BEGIN HIDDEN TESTS
 # Seed 003, fixed here. §16.2 splits each gradient with torch.chunk(g, world_size), which
 # returns fewer than world_size chunks when a dimension is short (a 3-element bias on 4 ranks),
@@ -742,7 +761,7 @@ print("✓ ZeRO-3 computes what the unsharded model computes")
 # saved the weight for the backward: here a Function that saves the slice, shown by the bytes of
 # gathered layers alive. §18's "ZeRO-3 communicates a lot" is quantified: 3Ψ against DDP's 2Ψ.
 from autograder.grade_cell import grade
-grade(GatheredLinear)
+grade(GatheredUnit)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -751,23 +770,23 @@ grade(GatheredLinear)
 # `count_collectives` also keeps an eye (a weak reference, which keeps nothing alive) on every
 # buffer an all-gather filled. Below, one forward and backward of a deeper model on 3 ranks,
 # with the bytes of gathered layers still alive after each layer's forward (F) and backward
-# (B). `KeptLinear` is the naive version: gather, then plain `F.linear` under autograd.
+# (B). `KeptUnit` is the naive version: gather, then the module's plain forward under autograd.
 
 # %%
 DEEP = (32, 64, 64, 64, 64, 8)
 
 
-class KeptLinear(Zero3Linear):
-    """The naive ZeRO-3 layer: autograd saves the gathered weight (and the slice gets no
+class KeptUnit:
+    """The naive ZeRO-3 unit: autograd saves the gathered weight (and the slice gets no
     gradient: only the memory matters here)."""
 
-    def forward(self, x):
-        weight, bias = self.layout.views(self.layout.gather(self.shard.detach()))
-        return F.linear(x, weight, bias)
+    @staticmethod
+    def apply(shard, unit, *inputs):
+        return unit.run(unit.layout.gather(shard.detach()), inputs)
 
 
-def gathered_alive(rank, world_size, layer_cls):
-    model = zero3(make_model(DEEP, dtype=torch.float32), layer_cls)
+def gathered_alive(rank, world_size, function):
+    model = zero3(make_model(DEEP, dtype=torch.float32), function=function)
     x, _ = my_part(make_batch(world_size, widths=DEEP, dtype=torch.float32), rank, world_size)
     with count_collectives() as counter:
         trace = trace_gathered(model, x, counter)
@@ -775,15 +794,15 @@ def gathered_alive(rank, world_size, layer_cls):
 
 
 traces = {}
-for layer_cls in (KeptLinear, Zero3Linear):
-    trace, peak = run(gathered_alive, layer_cls, world_size=3)[0]
-    traces[layer_cls.__name__] = trace
-    print(f"{layer_cls.__name__:12s} peak of gathered bytes alive: {peak / 1e3:6.1f} kB")
+for function in (KeptUnit, GatheredUnit):
+    trace, peak = run(gathered_alive, function, world_size=3)[0]
+    traces[function.__name__] = trace
+    print(f"{function.__name__:12s} peak of gathered bytes alive: {peak / 1e3:6.1f} kB")
 layer_bytes = 4 * (64 * 64 + 64)
-assert max(b for _, b in traces["Zero3Linear"]) == 0, "a gathered layer outlived its use"
-assert max(b for _, b in traces["KeptLinear"]) > 3 * layer_bytes
+assert max(b for _, b in traces["GatheredUnit"]) == 0, "a gathered layer outlived its use"
+assert max(b for _, b in traces["KeptUnit"]) > 3 * layer_bytes
 show_live(traces, "Gathered layers alive on rank 0, 3 ranks")
-print("✓ GatheredLinear frees every gathered layer; the naive version keeps them all until B")
+print("✓ GatheredUnit frees every gathered layer; the naive version keeps them all until B")
 
 # %% [markdown]
 # The naive version climbs layer by layer to the whole model (on every rank: stage 3 undone)
@@ -874,7 +893,7 @@ print("✓ per rank: 2(N-1)/N, 3(N-1)/N, 2(N-1)/N and 3(N-1)/N times Ψ: 2Ψ, 3�
 #
 # PyTorch's Fully Sharded Data Parallel is ZeRO-3. In its current form (FSDP2), each module
 # passed to `fully_shard(module, mesh=mesh)` becomes one unit that is all-gathered before its
-# forward and backward and freed after, like your `Zero3Linear`; a `DeviceMesh` says which ranks
+# forward and backward and freed after, like your units; a `DeviceMesh` says which ranks
 # shard it (`init_device_mesh("cpu", (N,))`: all of them, over gloo). Its parameters become
 # `DTensor`s: `p.to_local()` is this rank's shard, `p.full_tensor()` gathers the whole.
 
@@ -884,7 +903,7 @@ def fsdp_training(rank, world_size, optimizer_cls, kwargs, steps=3):
     mesh = init_device_mesh("cpu", (world_size,))
     for layer in model:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer, mesh=mesh)  # one unit per layer, like Zero3Linear
+            fully_shard(layer, mesh=mesh)  # one unit per layer, like zero3's default
     fully_shard(model, mesh=mesh)  # the root: what is left (here nothing) and the scheduling
     x, y = my_part(make_batch(world_size), rank, world_size)
     optimizer = optimizer_cls(model.parameters(), **kwargs)
@@ -909,8 +928,9 @@ print("✓ FSDP2, your ZeRO-3 and the unsharded model end with the same paramete
 # %% [markdown]
 # Same numbers. What the library adds on top of the idea:
 #
-# * **Any module.** It hooks into the module's forward and into autograd, so it needs no
-#   hand-written backward: attention, norms, embeddings are sharded alike.
+# * **Activations kept, not recomputed.** It hooks into the module's forward and into
+#   autograd: autograd keeps the activations it saved, and FSDP frees and refills only the
+#   parameters' storage under them, where your units run their forward twice.
 # * **Per-parameter shards.** Each parameter is cut along dimension 0 (as printed above) rather
 #   than one flat buffer, so optimizers, checkpoints and tensor parallelism see ordinary
 #   (distributed) tensors; it pads internally for the collectives.
@@ -921,6 +941,211 @@ print("✓ FSDP2, your ZeRO-3 and the unsharded model end with the same paramete
 #   fp32; `CPUOffloadPolicy` keeps the shards in host memory; a 2-D mesh combines sharding
 #   with replication (HSDP) or with tensor parallelism.
 # * **State dicts** that save and load sharded, with `torch.distributed.checkpoint`.
+#
+# %% [markdown]
+# ## 9. A small transformer, in fp32 and in bf16, beside FSDP2
+#
+# Your `GatheredUnit` never looks inside a unit, so the same code shards a language model: an
+# embedding (a lookup, no matmul), LayerNorms, attention and MLP linears without bias, 3-D
+# activations (batch, sequence, features), and an LM head that **ties** its weight to the
+# embedding (one parameter used twice: one slice, whose gradient gets both uses). Each block is
+# a unit; the embeddings, the last norm and the head are the root's unit.
+#
+# Then the same model with FSDP2, unit for unit, under `MixedPrecisionPolicy(param_dtype=
+# torch.bfloat16, reduce_dtype=torch.float32)`: its documentation (PyTorch, `torch.distributed.
+# fsdp.fully_shard`) describes the same copies as yours: sharded fp32 parameters for the
+# optimizer, all-gathered in `param_dtype`, gradients reduce-scattered in `reduce_dtype`.
+
+# %%
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention, then an MLP; linears without bias."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.up, self.down = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x):  # (batch, seq, d)
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(
+            2, 0, 3, 1, 4)  # 3 x (batch, heads, seq, d / heads)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=64, d=32, heads=4, layers=2, seq=16):
+        super().__init__()
+        self.embed, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.embed.weight  # tied: one parameter, used twice
+        nn.init.normal_(self.embed.weight, std=d ** -0.5)  # logits of unit scale at the start
+
+    def forward(self, tokens):  # (batch, seq) -> (batch, seq, vocab)
+        h = self.embed(tokens) + self.pos(torch.arange(tokens.shape[1]))
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.norm(h))
+
+
+def make_lm():
+    torch.manual_seed(0)
+    return TinyLM()
+
+
+def lm_batch(world_size, per_rank=4, seq=16, vocab=64):
+    generator = torch.Generator().manual_seed(1)
+    return torch.randint(0, vocab, (world_size * per_rank, seq + 1), generator=generator)
+
+
+def lm_loss(model, tokens):
+    """Next-token cross-entropy, computed in fp32 whatever the logits' dtype."""
+    logits = model(tokens[:, :-1])
+    return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+
+
+LM_STEPS, LM_LR = 5, 1e-3
+
+
+def lm_training(rank, world_size, library, compute_dtype=None, reduce_dtype=None):
+    """LM_STEPS steps of AdamW with `library` ("yours" or "fsdp2"); this rank's losses, the
+    whole parameters at the end, and (params, grads, optimizer state, peak gathered) bytes."""
+    model = make_lm()
+    tokens = lm_batch(world_size).chunk(world_size)[rank]
+    if library == "yours":
+        zero3(model, list(model.blocks), compute_dtype, reduce_dtype)
+    else:
+        mesh = init_device_mesh("cpu", (world_size,))
+        policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)  # the root: embeddings, norm, head
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LM_LR)
+    losses = []
+    with count_collectives() as counter:
+        for _ in range(LM_STEPS):
+            optimizer.zero_grad()
+            loss = lm_loss(model, tokens)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    params = list(model.parameters())
+    if library == "yours":
+        held = (tensor_bytes(params), tensor_bytes(p.grad for p in params),
+                state_bytes(optimizer), counter.peak_gathered_bytes)
+        return losses, full_parameters(model), held
+    return losses, {name: p.full_tensor() for name, p in model.named_parameters()}, None
+
+
+def lm_single(world_size):
+    """The reference: fp32 AdamW in this process, each step on the ranks' N micro-batches,
+    their gradients accumulated (notebook 03), so that it averages the same N losses."""
+    model = make_lm()
+    parts = lm_batch(world_size).chunk(world_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LM_LR)
+    losses = []
+    for _ in range(LM_STEPS):
+        optimizer.zero_grad()
+        loss = sum(lm_loss(model, tokens) for tokens in parts) / world_size
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, dict(model.named_parameters())
+
+
+def mean_loss(results):
+    return [sum(step) / len(results) for step in zip(*(r[0] for r in results), strict=True)]
+
+
+lm_runs = {}
+for n in (2, 4):
+    want_losses, want = lm_single(n)
+    scale = max(p.abs().max().item() for p in want.values())
+    for library in ("yours", "fsdp2"):
+        results = run(lm_training, library, world_size=n)
+        lm_runs[n, library, "fp32"] = results
+        for rank, (_, got, _) in enumerate(results):
+            assert sorted(got) == sorted(want), f"{library}: names {sorted(got)}"
+            gap = max((got[name] - want[name]).abs().max().item() for name in want)
+            assert gap <= 1e-6 * scale, f"{library}, N = {n}, rank {rank}: {gap:.2e}"
+        loss_gap = max(abs(a - b) for a, b in zip(mean_loss(results), want_losses, strict=True))
+        assert loss_gap <= 1e-6 * want_losses[0], f"{library}, N = {n}: losses {loss_gap:.2e}"
+        print(f"fp32, N = {n}, {library:5s}: losses {[round(v, 4) for v in mean_loss(results)]}, "
+              f"parameters within {gap:.1e} of the single process's (largest {scale:.2f})")
+print("✓ fp32: your ZeRO-3 and FSDP2 train the transformer as one process does")
+
+# %% [markdown]
+# Within $10^{-6}$ of the parameters' scale, not bit for bit: an fp32 sum carries
+# $2^{-24} \approx 6\cdot 10^{-8}$ of relative rounding, and a reduce-scatter adds the ranks'
+# gradients in another order than one process does; AdamW divides each step by $\sqrt{v}$,
+# so a gradient close to zero passes its last bits on to the parameter. That is also why the
+# reference averages the same $N$ micro-batch losses: one loss over the whole batch is the
+# same number mathematically, but rounds otherwise, and after 5 AdamW steps its parameters
+# differ from both libraries' by about $2\cdot 10^{-5}$. (In float64, as in the checks above,
+# the same code agrees to $10^{-10}$.)
+#
+# Now in bf16. It keeps 8 significant bits: each value rounds by up to $2^{-9}$ of itself,
+# so a bf16 forward differs from the fp32 one by a few $2^{-9}$ in every matmul. Reduced in
+# **fp32**, the gradients are the exact average of the ranks' bf16 gradients; reduced in
+# **bf16**, the sum itself rounds too, at every one of the $N-1$ additions of the ring, and
+# travels in half the bytes. The check: every step's mean loss within $2^{-8}$ (relative) of
+# the fp32 single process's, for yours and for FSDP2, with either reduce dtype.
+
+# %%
+def bf16_runs(n, reduce_dtype):
+    return {library: run(lm_training, library, torch.bfloat16, reduce_dtype, world_size=n)
+            for library in ("yours", "fsdp2")}
+
+
+for n in (2, 4):
+    want_losses, _ = lm_single(n)
+    for reduce_dtype in (torch.float32, torch.bfloat16):
+        for library, results in bf16_runs(n, reduce_dtype).items():
+            lm_runs[n, library, str(reduce_dtype)] = results
+            losses = mean_loss(results)
+            worst = max(abs(a - b) / b for a, b in zip(losses, want_losses, strict=True))
+            assert worst < 2 ** -8, f"{library}, N = {n}, reduce {reduce_dtype}: {worst:.2e}"
+            print(f"bf16, reduced in {str(reduce_dtype)[6:]:8s} N = {n}, {library:5s}: losses "
+                  f"{[round(v, 4) for v in losses]}, at most {worst:.1e} from fp32's")
+print("✓ bf16 compute, fp32 master: the losses of fp32 training to bf16's precision")
+
+# %% [markdown]
+# What each rank holds after training in bf16 (reduced in fp32), counted from the tensors, beside
+# the paper's mixed-precision formula $(2 + 2 + 12)\,\Psi / N_d$ for stage 3 (your
+# `model_state_bytes` with its default widths). The parts differ, the total does not: the paper
+# keeps an fp16 copy of the parameters' slice (2) and an fp16 gradient (2) beside the fp32
+# master, momentum and variance ($K$ = 12); here the bf16 parameters exist only while a unit is
+# gathered (the "peak gathered" column: one unit, in bf16, and not part of the formula), and
+# the gradient's slice is fp32 (4), because a PyTorch optimizer wants gradients in its
+# parameters' dtype: $0 + 4 + 12 = 16$ bytes per parameter, over $N_d$.
+
+# %%
+psi_lm = sum(p.numel() for p in make_lm().parameters())  # the tied weight once
+print(f"Ψ = {psi_lm} parameters; bytes on the fullest rank, bf16 compute, fp32 reduce")
+print("N   params (fp32 slice)  grads (fp32 slice)  optimizer   total   formula 16Ψ/N   "
+      "peak gathered (bf16)")
+for n in (2, 4):
+    held = max((r[2] for r in lm_runs[n, "yours", "torch.float32"]), key=lambda h: sum(h[:3]))
+    formula = sum(model_state_bytes(psi_lm, n, 3))
+    total = sum(held[:3])
+    print(f"{n}   {held[0]:19d}  {held[1]:18d}  {held[2]:9d}  {total:6d}   {formula:13.0f}   "
+          f"{held[3]:8d}")
+    assert abs(total / formula - 1) < 0.02, f"N = {n}: {total} against {formula:.0f}"
+print("✓ 16 bytes per parameter over N: the paper's mixed-precision Adam, measured")
+
+# %% [markdown]
+# The rest (under 2 %) is padding and AdamW's step counters (4 bytes per slice). Which reduce
+# dtype? Half the bytes on the wire for bf16, and a sum that rounds at each of the $N-1$ ring
+# steps: harmless for 4 ranks, visible for thousands of them, or for gradients of very
+# different sizes, whose small terms vanish in an 8-bit sum. FSDP2's default (`reduce_dtype=
+# None`) reduces in `param_dtype`; its documentation (`MixedPrecisionPolicy`) offers
+# `reduce_dtype` to "run gradient reduction in full precision while using low precision for
+# compute": the bytes of an fp32 reduce-scatter, for an exact average.
 #
 # ## Wrap-up
 #

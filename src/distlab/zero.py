@@ -130,7 +130,9 @@ def trace_gathered(model, x, counter) -> list[tuple[str, int]]:
     that has parameters."""
     trace = []
     handles = []
-    layers = [layer for layer in model if any(True for _ in layer.parameters())]
+    # a layer that holds parameters; in a ZeRO-3 unit its slots are there, empty (None)
+    layers = [layer for layer in model if layer._parameters or any(True for _ in
+                                                                   layer.parameters())]
     for index, layer in enumerate(layers):
         def after_forward(module, inputs, output, index=index):
             trace.append((f"F{index}", counter.live_gathered_bytes()))

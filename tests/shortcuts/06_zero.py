@@ -4,9 +4,10 @@ to backward), and correct answers written otherwise."""
 
 from shortcuts import Shortcut
 
-ALL_REDUCE_THEN_SLICE = ("(dist.all_reduce(flat_grad, op=dist.ReduceOp.AVG), "
-                         "{layout}.shard_of(flat_grad))[1]")
-KEEP_A_COPY = 'layout.views((setattr(ctx, "kept", layout.gather(shard).clone()), ctx.kept)[1])'
+ALL_REDUCE_THEN_SLICE = ("(dist.all_reduce({grad}, op=dist.ReduceOp.AVG), "
+                         "{layout}.shard_of({grad}))[1]")
+KEEP_A_COPY = ('(setattr(ctx, "kept", unit.layout.gather(shard.to(unit.compute_dtype))), '
+               'ctx.kept)[1]')
 SLICES_BROADCAST = ("[dist.broadcast(self.flat[r * self.layout.size:(r + 1) * self.layout.size],"
                     " src=r) for r in range(self.layout.world_size)]")
 
@@ -21,7 +22,8 @@ SHORTCUTS = [
              "a hidden optimizer per parameter it does not own", "optimizer state"),
     Shortcut("FlatShard", {1: "self.numel"}, "every slice the whole buffer", "padded"),
     Shortcut("FlatShard", {2: "0:self.size"}, "every rank takes slice 0", "slice"),
-    Shortcut("Zero2Optimizer", {3: ALL_REDUCE_THEN_SLICE.format(layout="self.layout")},
+    Shortcut("Zero2Optimizer",
+             {3: ALL_REDUCE_THEN_SLICE.format(layout="self.layout", grad="flat_grad")},
              "all-reduce the full gradient, keep a slice of it", "reduce-scatter"),
     Shortcut("Zero2Optimizer",
              {3: "(dist.all_reduce(flat_grad, op=dist.ReduceOp.AVG), "
@@ -35,15 +37,22 @@ SHORTCUTS = [
               3: '(dist.all_reduce(flat_grad, op=dist.ReduceOp.AVG), setattr(self.flat, "grad",'
                  ' flat_grad), self.layout.shard_of(flat_grad))[2]', 4: "None"},
              "DDP in disguise: every rank steps the whole buffer", "reduce-scatter"),
-    Shortcut("GatheredLinear",
-             {2: "ctx.save_for_backward(x, layout.gather(shard))", 3: "layout.views(shard)"},
-             "the gathered layer saved for the backward", "slice, not the whole layer"),
-    Shortcut("GatheredLinear", {1: KEEP_A_COPY},
-             "a copy of the gathered layer kept on ctx", "frees each gathered layer"),
-    Shortcut("GatheredLinear", {1: KEEP_A_COPY, 3: "layout.views(ctx.kept)"},
+    Shortcut("GatheredUnit", {2: "ctx.save_for_backward(full, *inputs)", 3: "shard"},
+             "the gathered unit saved for the backward", "slice, not the whole layer"),
+    Shortcut("GatheredUnit", {1: KEEP_A_COPY},
+             "the gathered unit kept on ctx", "frees each gathered layer"),
+    Shortcut("GatheredUnit", {1: KEEP_A_COPY, 3: "ctx.kept"},
              "the kept copy used in the backward, no re-gather", "ZeRO-3"),
-    Shortcut("GatheredLinear", {4: ALL_REDUCE_THEN_SLICE.format(layout="layout")},
+    Shortcut("GatheredUnit",
+             {4: ALL_REDUCE_THEN_SLICE.format(layout="unit.layout", grad="grad_full")},
              "the gradient all-reduced in the backward and sliced", "reduce-scatters"),
+    Shortcut("GatheredUnit", {1: "unit.layout.gather(shard).to(unit.compute_dtype)",
+                              3: "unit.layout.gather(shard).to(unit.compute_dtype)"},
+             "gathered in fp32, cast after: the right copy, twice the bytes", "before it travels"),
+    Shortcut("GatheredUnit",
+             {1: "unit.layout.gather(shard.data.copy_(shard.to(unit.compute_dtype)).to("
+                 "unit.compute_dtype))"},
+             "the fp32 master rounded to bf16 in place", "master slice"),
 ]
 
 HONEST = [
@@ -55,9 +64,9 @@ HONEST = [
     Shortcut("Zero2Optimizer", {4: SLICES_BROADCAST}, "each slice broadcast by its owner"),
     Shortcut("Zero2Optimizer", {3: "self.layout.reduce_scatter(flat_grad.clone())"},
              "reduce-scatter of a copy"),
-    Shortcut("GatheredLinear", {2: "ctx.save_for_backward(x.detach(), shard.detach())"},
-             "detached saves"),
-    Shortcut("GatheredLinear", {1: "layout.views(layout.gather(shard.detach()))",
-                                3: "[t.clone() for t in layout.views(layout.gather(shard))]"},
-             "gathered from a detached slice; copies freed after the backward"),
+    Shortcut("GatheredUnit", {2: "ctx.save_for_backward(shard.detach(), *inputs)"},
+             "a detached save"),
+    Shortcut("GatheredUnit", {1: "unit.layout.gather(shard.detach().to(unit.compute_dtype))",
+                              3: "unit.layout.gather(shard.detach().to(unit.compute_dtype))"},
+             "gathered from a detached slice"),
 ]

@@ -1,0 +1,159 @@
+"""Hidden tests of notebook 06's GatheredUnit on a small transformer: an embedding, LayerNorms,
+linears without bias, an LM head tied to the embedding, a frozen positional embedding, 3-D
+activations; in float64 (against single-process training) and with bf16 compute over fp32
+master slices, gradients reduced in fp32 or bf16 (against each rank's bf16 forward and
+backward in this process, and the bytes and dtype of every copy)."""
+
+from __future__ import annotations
+
+VOCAB, D, HEADS, LAYERS, SEQ, PER_RANK = 16, 8, 2, 2, 6, 2
+LR = 1e-2
+# The gradient's tolerance in bf16, relative in norm: the oracle adds the tied weight's two
+# uses in bf16 (one rounding, 2^-9) where the ranks reduce them separately, and a bf16 reduce
+# rounds at each of its N - 1 additions (2^-9 each, N <= 4): 2^-7 covers both; an unaveraged
+# or missing gradient is off by 50 % or more.
+BF16_GRAD_RTOL = 2 ** -7
+
+
+def tiny_lm(seed, dtype):
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(D), nn.LayerNorm(D)
+            self.qkv, self.proj = nn.Linear(D, 3 * D, bias=False), nn.Linear(D, D, bias=False)
+            self.up, self.down = nn.Linear(D, 2 * D, bias=False), nn.Linear(2 * D, D, bias=False)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, HEADS, d // HEADS).permute(
+                2, 0, 3, 1, 4)
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+            return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.pos = nn.Embedding(VOCAB, D), nn.Embedding(SEQ, D)
+            self.pos.weight.requires_grad_(False)  # frozen
+            self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+            self.norm = nn.LayerNorm(D)
+            self.head = nn.Linear(D, VOCAB, bias=False)
+            self.head.weight = self.embed.weight  # tied
+
+        def forward(self, tokens):
+            h = self.embed(tokens) + self.pos(torch.arange(tokens.shape[1]))
+            for block in self.blocks:
+                h = block(h)
+            return self.head(self.norm(h))
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LM()
+        nn.init.normal_(model.embed.weight, std=D ** -0.5)
+        for p in model.parameters():  # LayerNorms start away from 1 and 0
+            if p.dim() == 1:
+                p.data.add_(0.1 * torch.randn_like(p))
+    return model.to(dtype)
+
+
+def tokens(n, seed):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 7)
+    return torch.randint(0, VOCAB, (n * PER_RANK, SEQ + 1), generator=generator)
+
+
+def lm_loss(logits, batch):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+
+
+def lm_harness(rank, world_size, fn, cases):
+    """Per case: this rank's logits, per unit (parameter names, slice's gradient, slice and
+    gradient dtypes), the collectives of the first forward and backward, and, trained two
+    steps, the whole parameters (gathered by trusted code)."""
+    import torch
+    import torch.distributed as dist
+
+    from autograder.exercises.checks import recording
+    from autograder.exercises.zero import _FlatShard, _run_cases
+    from distlab.zero_units import shard_units, units_of
+
+    def one_case(case):
+        compute, reduce, seed = case
+        master = torch.float64 if compute == "float64" else torch.float32
+        model = tiny_lm(seed, master)
+        shard_units(model, list(model.blocks), fn, _FlatShard, getattr(torch, compute),
+                    getattr(torch, reduce))
+        batch = tokens(world_size, seed).chunk(world_size)[rank]
+        masters = [unit.shard.detach().clone() for unit in units_of(model)]
+        with recording(flops=False, saved=False) as fwd:
+            logits = model(batch[:, :-1])
+        loss = lm_loss(logits, batch)
+        with recording(flops=False, saved=False) as bwd:
+            loss.backward()
+        units = [(unit.names, unit.shard.grad.clone(), str(unit.shard.dtype),
+                  str(unit.shard.grad.dtype), torch.equal(unit.shard.detach(), before))
+                 for unit, before in zip(units_of(model), masters, strict=True)]
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+        optimizer.step()
+        optimizer.zero_grad()
+        lm_loss(model(batch[:, :-1]), batch).backward()
+        optimizer.step()
+        full = {}
+        for unit in units_of(model):
+            flat = torch.empty(unit.layout.size * world_size, dtype=unit.shard.dtype)
+            dist.all_gather_single(flat, unit.shard.detach())
+            full.update(zip(unit.names, [v.clone() for v in unit.layout.views(flat)],
+                            strict=True))
+        return logits.detach().clone(), units, fwd.summary(), bwd.summary(), full
+
+    return _run_cases(rank, world_size, cases, one_case)
+
+
+def oracle(n, compute, seed):
+    """In this process, one thread (as a rank): each rank's logits, the mean over ranks of
+    their gradients (each rank's computed in `compute`, averaged in fp32 or float64), and the
+    parameters after two AdamW steps (float64 only)."""
+    import copy
+
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        master = torch.float64 if compute == "float64" else torch.float32
+        model = tiny_lm(seed, master)
+        parts = tokens(n, seed).chunk(n)
+        logits, grads = [], {}
+        for batch in parts:
+            low = copy.deepcopy(model).to(getattr(torch, compute))
+            out = low(batch[:, :-1])
+            lm_loss(out, batch).backward()
+            logits.append(out.detach())
+            for name, p in low.named_parameters():
+                if p.grad is not None:
+                    grads[name] = grads.get(name, 0) + p.grad.to(master) / n
+        trained = None
+        if compute == "float64":
+            optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                          lr=LR)
+            for _ in range(2):
+                optimizer.zero_grad()
+                (sum(lm_loss(model(b[:, :-1]), b) for b in parts) / n).backward()
+                optimizer.step()
+            trained = dict(model.named_parameters())
+        return logits, grads, trained
+    finally:
+        torch.set_num_threads(threads)
+
+
+def unit_sizes(units, n, grads):
+    """Each unit's slice length, from its parameters' sizes."""
+    return [-(-sum(grads[name].numel() for name in names) // n) for names, *_ in units]
