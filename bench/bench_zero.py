@@ -9,8 +9,9 @@ all-reduced after the backward, as the notebook's `step_counted(..., ddp=True)`)
 reference `ShardedOptimizer` (whole parameters owned by ranks, all-reduce + broadcasts);
 stage 2 the reference `Zero2Optimizer` (one padded flat buffer, reduce-scatter + all-gather);
 stage 3 the notebook's `zero3` (each Linear a unit through its `GatheredUnit`: gathered for its
-forward and again for its backward, its gradient reduce-scattered). Each rank builds them as the notebook's
-`one_step(rank, world_size, stage)` does, on one float32 model: the notebook's BIG widths
+forward and again for its backward, its gradient reduce-scattered). Each rank builds them as
+the notebook's `one_step(rank, world_size, stage)` does, on one float32 model: the notebook's
+BIG widths
 (64, 256, 128, 256, 64, 16) made 4x wider, so that a step computes something (1.6 M parameters
 in 10 tensors; the 1024x512 and 512x1024 weights are a third of the model each), with 63
 outputs instead of 64: BIG's layer sizes are all multiples of 4, so on 2 and 4 ranks nothing
