@@ -1,6 +1,6 @@
-"""`make test` runs the suite in two lanes (pytest-xdist: `-n 2`). The grading batches keep a
-core busy; much of the rest waits (on Lab, a browser, ranks starting, a deadlock's timeout), and
-the other lane fills that time.
+"""`make test` runs the suite in three lanes (pytest-xdist: `-n 3`), on a 2-core machine too:
+much of the suite waits (on Lab and the browser, ranks starting, a deadlock's timeout, a kernel
+between cells), and a third lane fills that time; the grading batches keep a core busy.
 
 - Each worker grades in its own grading folder with its own sandbox uids, as two graders on one
   machine must: a uid's process limit, memory cgroup and kernel sockets belong to one sandbox
