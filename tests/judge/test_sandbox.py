@@ -111,6 +111,16 @@ def test_is_a_slot_without_a_uid_refused():
         sandbox.uid_for(-1)
 
 
+def test_does_a_first_uid_past_the_range_say_what_to_set():
+    """DISTLAB_SANDBOX_FIRST_UID=65000 leaves no uid for any slot: does the error name the
+    variable and a value that works, not only the slot?"""
+    code = "from autograder.judge import sandbox; sandbox.uid_for(0)"
+    env = {**os.environ, "DISTLAB_SANDBOX_FIRST_UID": "65000"}
+    err = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=paths.ROOT).stderr
+    assert "set DISTLAB_SANDBOX_FIRST_UID lower" in err and "below 61184" in err, err
+
+
 def test_does_wrap_refuse_to_hide_a_file(tmp_path):
     (tmp_path / "gradebook.db").write_text("")
     with pytest.raises(ValueError, match="must be folders"):
