@@ -30,7 +30,7 @@ SUN_PATH_MAX = 107  # bytes in a Unix socket's path (Linux's sun_path, less its 
 class Pool:
     """The zygote, the connections to the current ranks, and whether their group is usable."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, fork: bool = False):
         self.folder, self.log = folder, os.path.join(folder, "workers.log")
         self.path = os.path.join(folder, f"p{time.monotonic_ns()}.sock")
         if len(os.fsencode(self.path)) > SUN_PATH_MAX:  # a long TMPDIR: bind where it fits
@@ -40,10 +40,13 @@ class Pool:
         self.listener.bind(self.path)
         self.listener.listen(64)
         with open(self.log, "ab") as log:
-            self.zygote = subprocess.Popen(
-                [sys.executable, "-m", "distlab._worker", self.path, str(os.getpid())],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=worker_env(),
-                start_new_session=True)  # Ctrl-C in a terminal reaches us, not the ranks
+            if fork:
+                self.zygote = ForkedZygote(self.path, log.fileno())
+            else:
+                self.zygote = subprocess.Popen(
+                    [sys.executable, "-m", "distlab._worker", self.path, str(os.getpid())],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=worker_env(),
+                    start_new_session=True)  # Ctrl-C in a terminal reaches us, not the ranks
         self.control: Connection | None = None
         self.ranks: list[Connection] = []
         self.pids: list[int] = []
@@ -219,6 +222,48 @@ class Pool:
         if os.path.dirname(self.path) != self.folder:
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(self.path))
+
+
+class ForkedZygote:
+    """The zygote as a fork of this process, for a process that has imported torch and run no
+    torch op yet (the judge's runner): one torch import fewer than `python -m distlab._worker`.
+    Answers what Pool asks of a subprocess.Popen: pid, poll() and wait()."""
+
+    def __init__(self, path: str, log_fd: int):
+        parent = os.getpid()
+        env = worker_env()
+        self.pid = os.fork()
+        if self.pid == 0:  # the zygote: the log for output, nothing of the parent's pipes
+            try:
+                os.setsid()  # as start_new_session: Ctrl-C reaches the parent, not the ranks
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+                env.pop("PYTHONPATH")  # the same interpreter: this distlab is imported
+                os.environ.update(env)
+                from distlab import _worker
+
+                _worker.zygote(path, parent)
+            finally:
+                os._exit(0)
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("zygote", timeout)
+            time.sleep(0.01)
+        return self.returncode
 
 
 def worker_env() -> dict:

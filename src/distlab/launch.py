@@ -186,9 +186,14 @@ def log_path() -> str:
 
 
 def start_ranks_launcher() -> None:
-    """Start the zygote and wait until it has imported torch. The judge's runner does this
-    once, then forks a fresh process per graded function that shares the warm zygote."""
-    _get_pool().wait_ready()
+    """Start the zygote and wait for its hello. The judge's runner does this once, before any
+    torch op, so the zygote is a fork of it (torch already imported); then the runner forks a
+    fresh process per graded function that shares the warm zygote."""
+    global _pool
+    shutdown()
+    atexit.register(_at_exit)
+    _pool = Pool(log_dir(), fork=True)
+    _pool.wait_ready()
 
 
 def shutdown() -> None:
