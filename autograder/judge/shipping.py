@@ -18,7 +18,6 @@ answers never ships it.
 from __future__ import annotations
 
 import base64
-import functools
 import io
 import pickle
 
@@ -37,7 +36,7 @@ def pack(obj) -> str:
     if not registered:
         cloudpickle.register_pickle_by_value(autograder)
     try:
-        _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        cloudpickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     finally:
         if not registered:
             cloudpickle.unregister_pickle_by_value(autograder)
@@ -47,21 +46,3 @@ def pack(obj) -> str:
 def unpack(text: str):
     """The object `pack` shipped (in the runner: trusted data, unpickled on the untrusted side)."""
     return pickle.loads(base64.b64decode(text))
-
-
-def _grading_side(obj) -> bool:
-    module = getattr(obj, "__module__", "") or ""
-    return module == GRADING_SIDE or module.startswith(GRADING_SIDE + ".")
-
-
-def _cached_again(fn):
-    return functools.cache(fn)
-
-
-class _Pickler(cloudpickle.Pickler):
-    def reducer_override(self, obj):
-        # a functools.cache pickles by name, an import the runner cannot do: ship the function
-        # it wraps, cached again on arrival
-        if isinstance(obj, functools._lru_cache_wrapper) and _grading_side(obj):
-            return _cached_again, (obj.__wrapped__,)
-        return super().reducer_override(obj)
