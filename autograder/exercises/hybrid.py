@@ -2,8 +2,9 @@
 numpy's unravel_index, the TP block, 2-D and 3-D training on real ranks against one process,
 the bytes by group and the memory of a layout against formulas written here.
 
-The rank exercises run in a harness of this module (by reference; the learner's code by
-value), in a short-timeout gloo group whose subgroups are built here from trusted rank lists.
+The rank exercises run in a harness of this module (by value, as the learner's code:
+checks.on_ranks), in a short-timeout gloo group whose subgroups are built here from trusted rank
+lists.
 An exercise that uses another's answer gets a trusted one: train_2d and train_3d train models
 of this module's _TPBlock, so a mistake in TPBlock costs its own points only. Beside the values,
 every rank's collectives are recorded with their group's members (recorder.py): the TP

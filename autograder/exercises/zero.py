@@ -2,11 +2,11 @@
 assignment against the greedy rule's balance, and the sharded optimizers and the ZeRO-3 layer
 against unsharded training in this process.
 
-The classes run on real ranks through a harness of this module (it travels by reference; the
-learner's class by value). The oracle (the unsharded model and optimizer, the layout of the
-flat buffer) is computed here, never on the ranks, where under the judge the learner's code
-runs too. A class that uses another exercise's answer (assign_params, FlatShard) gets a correct
-one instead, so one mistake costs points in one exercise only.
+The classes run on real ranks through a harness of this module (under the judge it travels by
+value, as the learner's class does: checks.on_ranks). The oracle (the unsharded model and
+optimizer, the layout of the flat buffer) is computed here, never on the ranks, where under the
+judge the learner's code runs too. A class that uses another exercise's answer (assign_params,
+FlatShard) gets a correct one instead, so one mistake costs points in one exercise only.
 """
 
 from __future__ import annotations
