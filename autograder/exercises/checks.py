@@ -111,9 +111,13 @@ def check_tensor(out, expected, where: str, rank: int | None = None, what: str =
 def on_ranks(harness, fn, n: int, *args):
     """harness(rank, n, fn, *args) on n ranks; their results in rank order.
 
-    `harness` must be a module-level function of an exercises module (it travels by reference;
-    the learner's `fn` by value). Under the judge, `fn` stands for a function in the sandbox and
-    the call goes through its runner. Every failure is an AssertionError naming the case.
+    `harness` is a module-level function of an exercises module. Under the judge, `fn` stands
+    for a function in the sandbox and the call goes through its runner; the harness travels
+    there by value with what it uses (autograder/judge/shipping.py: the runner can import
+    nothing of the grading side), so a harness imports nothing of the grading side in its body
+    (import it at the top of its module), names no stand-in that the test of the function it
+    runs must not reach (tests/judge/test_shipping.py), and uses no functools.cache (that pickles
+    by name). Every failure is an AssertionError naming the case.
     """
     import distlab
 

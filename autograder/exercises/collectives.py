@@ -2,10 +2,10 @@
 (sum, mean, array_split, transpose), also for the real-rank exercises: their results are
 compared here, never on the ranks, where under the judge the learner's code runs too.
 
-The real-rank tests run a harness of this module on the ranks (importable there, so it travels
-by reference; the learner's function travels by value as its argument). The harness makes its
-own process group with a short timeout, so a ring that hangs fails one case in seconds and says
-which, instead of stalling the whole grade. Around the learner's ring the shared recorder
+The real-rank tests run a harness of this module on the ranks (under the judge it travels by
+value, as the learner's function does: checks.on_ranks). The harness makes its own process group
+with a short timeout, so a ring that hangs fails one case in seconds and says which, instead of
+stalling the whole grade. Around the learner's ring the shared recorder
 (checks.recording) sees every collective and point-to-point call however it is reached: a ring
 that hands its work to a library collective fails, and so does one whose messages are not a
 ring's (2(N-1) chunks each way per rank, every send waited for); each rank gets only its own

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import math
 import os
 import tempfile
@@ -49,8 +48,17 @@ _GROUPS: list = []
 # ---------------------------------------------------------------- models, optimizers
 
 
-@functools.cache
+_NET_CLASS: dict = {}  # the Net class, made once per process (not functools.cache: a cache
+# pickles by name, and the judge ships the harness by value to a runner that cannot import this)
+
+
 def _net_class():
+    if "Net" not in _NET_CLASS:
+        _NET_CLASS["Net"] = _make_net_class()
+    return _NET_CLASS["Net"]
+
+
+def _make_net_class():
     import torch
     from torch import nn
 
@@ -214,8 +222,10 @@ def _case_group(rank: int, m: int, index: int):
         dist.destroy_process_group()
 
 
-def _cases_harness(rank, n, fn, kind, cases):
-    """Run the cases of one test on n processes: case k on its first cases[k]["world_size"].
+def _cases_harness(rank, n, fn, run_case, cases):
+    """Run the cases of one test on n processes: case k on its first cases[k]["world_size"],
+    through run_case (one of the *_case functions below: a test's harness names its own, so
+    the judge ships no other with it, and no stand-in another one uses).
     Returns, per case this rank took part in, ("ok", value) or (kind, text); None for a case
     it sat out; stops on every rank after the first case that failed on any."""
     import torch.distributed as dist
@@ -228,7 +238,7 @@ def _cases_harness(rank, n, fn, kind, cases):
             m = case["world_size"]
             entry = None
             if rank < m:
-                entry = _one_case(rank, m, fn, kind, case, index)
+                entry = _one_case(rank, m, fn, run_case, case, index)
             results.append(entry)
             coordinator.set(f"{index}/{rank}", "fail" if entry and entry[0] != "ok" else "ok")
             keys = [f"{index}/{r}" for r in range(n)]
@@ -246,17 +256,17 @@ def _cases_harness(rank, n, fn, kind, cases):
     return results
 
 
-def _one_case(rank, m, fn, kind, case, index):
+def _one_case(rank, m, fn, run_case, case, index):
     """One case on this rank: ("ok", what it produced), or how it failed."""
-    if kind == "ddp_train":  # the learner's function makes its own group
+    if run_case is _ddp_train_case:  # the learner's function makes its own group
         try:
-            return "ok", _ddp_train_case(rank, m, fn, case, index)
+            return "ok", run_case(rank, m, fn, case, index)
         except Exception as err:  # noqa: BLE001 - the learner's code failed: the verdict
             return rank_failure(err, "raised")
     try:
         with _case_group(rank, m, index):
             try:
-                return "ok", RUNNERS[kind](rank, m, fn, case)
+                return "ok", run_case(rank, m, fn, case)
             except Exception as err:  # noqa: BLE001 - the learner's code failed: the verdict
                 return rank_failure(err, "raised")
     except Exception as err:  # noqa: BLE001 - the group failed, after another rank's error
@@ -401,8 +411,27 @@ def _ddp_train_case(rank, m, fn, case, index):
     return [p.detach().clone() for p in model.parameters()]
 
 
-RUNNERS = {"sync": _sync_case, "broadcast": _broadcast_case, "wrapper": _wrapper_case,
-           "accumulate": _accumulate_case}
+# One harness per test: what the judge ships with a test's requests is its harness and what
+# that uses, so the harness of broadcast_parameters must not reach _wrapper_case's stand-in
+# (_oracle_broadcast, a correct broadcast_parameters).
+def _sync_harness(rank, n, fn, cases):
+    return _cases_harness(rank, n, fn, _sync_case, cases)
+
+
+def _broadcast_harness(rank, n, fn, cases):
+    return _cases_harness(rank, n, fn, _broadcast_case, cases)
+
+
+def _wrapper_harness(rank, n, cls, cases):
+    return _cases_harness(rank, n, cls, _wrapper_case, cases)
+
+
+def _accumulate_harness(rank, n, fn, cases):
+    return _cases_harness(rank, n, fn, _accumulate_case, cases)
+
+
+def _ddp_train_harness(rank, n, fn, cases):
+    return _cases_harness(rank, n, fn, _ddp_train_case, cases)
 
 
 def _entries(results: list, index: int, m: int) -> list:
@@ -442,7 +471,7 @@ def sync_sgd_step(fn, rng):
         spec = _spec(rng, frozen=False)
         cases.append({"world_size": m, "spec": spec, "lr": float(rng.uniform(0.1, 0.5)),
                       "batches": _batches(rng, spec, m, 3)})
-    results = on_ranks(_cases_harness, fn, RANKS, "sync", cases)
+    results = on_ranks(_sync_harness, fn, RANKS, cases)
     for index, case in enumerate(cases):
         m, spec = case["world_size"], case["spec"]
         where = f"world_size={m}, lr={case['lr']:.3g}"
@@ -476,7 +505,7 @@ def broadcast_parameters(fn, rng):
 
     require_filled(fn)
     cases = [{"world_size": m, "spec": _spec(rng)} for m in _world_sizes(rng)]
-    results = on_ranks(_cases_harness, fn, RANKS, "broadcast", cases)
+    results = on_ranks(_broadcast_harness, fn, RANKS, cases)
     for index, case in enumerate(cases):
         m, spec = case["world_size"], case["spec"]
         where = f"world_size={m}, every rank's model built from its own seed"
@@ -549,7 +578,7 @@ def ddp_train(fn, rng):
                       "batch_size": int(rng.integers(2, 4)), "lr": float(rng.uniform(0.2, 0.5)),
                       "x": torch.from_numpy(rng.standard_normal((size, spec["sizes"][0]))),
                       "y": torch.from_numpy(rng.integers(0, spec["sizes"][-1], size))})
-    results = on_ranks(_cases_harness, fn, RANKS, "ddp_train", cases)
+    results = on_ranks(_ddp_train_harness, fn, RANKS, cases)
     for index, case in enumerate(cases):
         m, size = case["world_size"], len(case["y"])
         padded = f" (not a multiple of {m}: the sampler pads)" if size % m else ""
@@ -622,7 +651,7 @@ def _check_wrapper(cls, rng, buckets: bool) -> None:
 
     require_filled(cls)
     cases = _wrapper_cases(rng, buckets)
-    results = on_ranks(_cases_harness, cls, RANKS, "wrapper", cases)
+    results = on_ranks(_wrapper_harness, cls, RANKS, cases)
     for index, case in enumerate(cases):
         m, spec = case["world_size"], case["spec"]
         where = f"world_size={m}, {case['optimizer']}"
@@ -712,7 +741,7 @@ def accumulated_step(fn, rng):
     for case in cases:  # what goes to the ranks: the micro-batches only
         whole = case.pop("whole")
         case["oracle"] = _single_process(case["spec"], whole, case["optimizer"], case["lr"])
-    results = on_ranks(_cases_harness, fn, RANKS, "accumulate",
+    results = on_ranks(_accumulate_harness, fn, RANKS,
                        [{k: v for k, v in c.items() if k != "oracle"} for c in cases])
     for index, case in enumerate(cases):
         m, k = case["world_size"], case["k"]

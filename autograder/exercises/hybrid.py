@@ -2,8 +2,9 @@
 numpy's unravel_index, the TP block, 2-D and 3-D training on real ranks against one process,
 the bytes by group and the memory of a layout against formulas written here.
 
-The rank exercises run in a harness of this module (by reference; the learner's code by
-value), in a short-timeout gloo group whose subgroups are built here from trusted rank lists.
+The rank exercises run in a harness of this module (by value, as the learner's code:
+checks.on_ranks), in a short-timeout gloo group whose subgroups are built here from trusted rank
+lists.
 An exercise that uses another's answer gets a trusted one: train_2d and train_3d train models
 of this module's _TPBlock, so a mistake in TPBlock costs its own points only. Beside the values,
 every rank's collectives are recorded with their group's members (recorder.py): the TP
@@ -221,14 +222,14 @@ def _subgroups(shape):
     return mine
 
 
-def _harness(rank, world_size, fn, kind, cases):
-    """Each case through _RUNNERS[kind] in a short-timeout group: ("ok", value) or (kind,
-    text), stopping at the first failure. Nothing is judged here."""
+def _harness(rank, world_size, fn, run, cases):
+    """Each case through run (_run_block, _run_2d or _run_3d) in a short-timeout group: ("ok",
+    value) or (kind, text), stopping at the first failure. Nothing is judged here."""
     results = []
     with short_group(rank, world_size):
         for case in cases:
             try:
-                results.append(("ok", _RUNNERS[kind](fn, rank, case)))
+                results.append(("ok", run(fn, rank, case)))
             except Exception as err:  # noqa: BLE001 - reported as the case's failure
                 results.append(rank_failure(err, "raised"))
                 break
@@ -285,7 +286,18 @@ def _run_3d(fn, rank, case):
     return {"params": [t.detach().clone() for t in stage.parameters()], "rec": rec.summary()}
 
 
-_RUNNERS = {"block": _run_block, "2d": _run_2d, "3d": _run_3d}
+# One harness per test: what the judge ships with a test's requests is its harness and what
+# that uses, so TPBlock's harness must not reach the trusted _tp_block that 2d and 3d train.
+def _block_harness(rank, world_size, cls, cases):
+    return _harness(rank, world_size, cls, _run_block, cases)
+
+
+def _2d_harness(rank, world_size, fn, cases):
+    return _harness(rank, world_size, fn, _run_2d, cases)
+
+
+def _3d_harness(rank, world_size, fn, cases):
+    return _harness(rank, world_size, fn, _run_3d, cases)
 
 
 def _entries(results, index):
@@ -363,7 +375,7 @@ def TPBlock(cls, rng):  # noqa: N802 - the exercise is named after the learner's
             grad = torch.from_numpy(rng.standard_normal((*lead, hidden)))
             cases.append({"shape": shape, "hidden": hidden, "ff": ff,
                           "seed": int(rng.integers(1000)), "x": x, "grad": grad})
-        results = on_ranks(_harness, cls, n, "block", cases)
+        results = on_ranks(_block_harness, cls, n, cases)
         for index, case in enumerate(cases):
             shape, hidden, ff = case["shape"], case["hidden"], case["ff"]
             tp = shape[2]
@@ -485,7 +497,7 @@ def train_2d(fn, rng):
                           "seq": int(rng.integers(1, 3)), "rows": dp * int(rng.integers(1, 4)),
                           "seed": int(rng.integers(1000)), "steps": 2,
                           "lr": float(rng.uniform(0.05, 0.2))})
-        results = on_ranks(_harness, fn, n, "2d", cases)
+        results = on_ranks(_2d_harness, fn, n, cases)
         for index, case in enumerate(cases):
             shape = case["shape"]
             where = (f"world_size={n}, {_layout_text(shape)[7:]}, {case['blocks']} block(s), "
@@ -517,7 +529,7 @@ def train_3d(fn, rng):
                           "rows": dp * micro * int(rng.integers(1, 3)), "micro_batches": micro,
                           "seed": int(rng.integers(1000)), "steps": 2,
                           "lr": float(rng.uniform(0.05, 0.2))})
-        results = on_ranks(_harness, fn, n, "3d", cases)
+        results = on_ranks(_3d_harness, fn, n, cases)
         for index, case in enumerate(cases):
             shape = case["shape"]
             pp = shape[0]

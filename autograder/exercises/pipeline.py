@@ -22,6 +22,7 @@ from autograder.exercises.checks import (
     first_rank_failure,
     on_ranks,
     rank_failure,
+    recording,
     short_group,
 )
 
@@ -305,8 +306,6 @@ def _measured(stage, fn, *args):
     import weakref
 
     import torch
-
-    from autograder.exercises.checks import recording
 
     weights = {p.untyped_storage().data_ptr() for p in stage.parameters()}
     live, inputs, done = {}, {}, []  # forward -> saved tensors alive; its input; backwards run

@@ -10,11 +10,11 @@ the exercise allows, a rank is handed only its own shard of the weights (the lin
 their backward); where choosing the shard is the exercise (the MLP, attention) it gets them
 whole, and the FLOPs say whether it used only its part.
 
-As in notebook 01, one module-level harness runs on the ranks (it travels by reference, the
-learner's function by value), in its own process group with a short timeout: a collective that
-never completes fails its case in seconds. The layers built on f and g (tp_mlp, tp_attention)
-are tested with a correct f and g patched in, so a mistake in megatron_f_g costs its own points
-only.
+As in notebook 01, one module-level harness runs on the ranks (it travels by value, as the
+learner's function does: checks.on_ranks), in its own process group with a short timeout: a
+collective that never completes fails its case in seconds. The layers built on f and g (tp_mlp,
+tp_attention) are tested with a correct f and g patched in, so a mistake in megatron_f_g costs
+its own points only.
 """
 
 from __future__ import annotations

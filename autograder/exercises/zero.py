@@ -2,11 +2,11 @@
 assignment against the greedy rule's balance, and the sharded optimizers and the ZeRO-3 layer
 against unsharded training in this process.
 
-The classes run on real ranks through a harness of this module (it travels by reference; the
-learner's class by value). The oracle (the unsharded model and optimizer, the layout of the
-flat buffer) is computed here, never on the ranks, where under the judge the learner's code
-runs too. A class that uses another exercise's answer (assign_params, FlatShard) gets a correct
-one instead, so one mistake costs points in one exercise only.
+The classes run on real ranks through a harness of this module (under the judge it travels by
+value, as the learner's class does: checks.on_ranks). The oracle (the unsharded model and
+optimizer, the layout of the flat buffer) is computed here, never on the ranks, where under the
+judge the learner's code runs too. A class that uses another exercise's answer (assign_params,
+FlatShard) gets a correct one instead, so one mistake costs points in one exercise only.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from autograder.exercises.checks import (
     recording,
     short_group,
 )
+from autograder.exercises.zero_lm import lm_harness
 
 WORLD_SIZES = (1, 2, 4, 3)  # 3 last: the notebook's next check runs on 3 ranks
 OPTIMIZERS = {"AdamW": {"lr": 0.05, "weight_decay": 0.1}, "SGD": {"lr": 0.1, "momentum": 0.9}}
@@ -633,9 +634,14 @@ def GatheredUnit(fn, rng):  # noqa: N802 - the exercise is named after the learn
     for n, reduce in ((2, "float32"), (4, "bfloat16")):  # bf16 compute, either reduce
         cases = [("bfloat16", reduce, int(rng.integers(1000))),
                  ("float64", "float64", int(rng.integers(1000)))]
-        for case, entries in zip(cases, _on_ranks_each(zero_lm.lm_harness, fn, n, cases),
+        for case, entries in zip(cases, _on_ranks_each(_lm_harness, fn, n, cases),
                                  strict=True):
             _check_lm(n, case, entries)
+
+
+def _lm_harness(rank, world_size, fn, cases):
+    """zero_lm's harness, with this module's trusted FlatShard and case loop."""
+    return lm_harness(rank, world_size, fn, cases, _FlatShard, _run_cases)
 
 
 def _check_lm(n, case, entries):

@@ -6,6 +6,8 @@ backward in this process, and the bytes and dtype of every copy)."""
 
 from __future__ import annotations
 
+from autograder.exercises.checks import recording
+
 VOCAB, D, HEADS, LAYERS, SEQ, PER_RANK = 16, 8, 2, 2, 6, 2
 LR = 1e-2
 # The gradient's tolerance in bf16, relative in norm: the oracle adds the tied weight's two
@@ -74,22 +76,23 @@ def lm_loss(logits, batch):
     return F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
 
 
-def lm_harness(rank, world_size, fn, cases):
+def lm_harness(rank, world_size, fn, cases, flat_shard, run_cases):
     """Per case: this rank's logits, per unit (parameter names, slice's gradient, slice and
     gradient dtypes), the collectives of the first forward and backward, and, trained two
-    steps, the whole parameters (gathered by trusted code)."""
+    steps, the whole parameters (gathered by trusted code). zero.py passes its trusted
+    FlatShard and its run_cases (imported here, they would make a loop of imports; and a
+    harness that the judge ships by value may import nothing of the grading side on the
+    ranks)."""
     import torch
     import torch.distributed as dist
 
-    from autograder.exercises.checks import recording
-    from autograder.exercises.zero import _FlatShard, _run_cases
     from distlab.zero_units import shard_units, units_of
 
     def one_case(case):
         compute, reduce, seed = case
         master = torch.float64 if compute == "float64" else torch.float32
         model = tiny_lm(seed, master)
-        shard_units(model, list(model.blocks), fn, _FlatShard, getattr(torch, compute),
+        shard_units(model, list(model.blocks), fn, flat_shard, getattr(torch, compute),
                     getattr(torch, reduce))
         batch = tokens(world_size, seed).chunk(world_size)[rank]
         masters = [unit.shard.detach().clone() for unit in units_of(model)]
@@ -114,7 +117,7 @@ def lm_harness(rank, world_size, fn, cases):
                             strict=True))
         return logits.detach().clone(), units, fwd.summary(), bwd.summary(), full
 
-    return _run_cases(rank, world_size, cases, one_case)
+    return run_cases(rank, world_size, cases, one_case)
 
 
 def oracle(n, compute, seed):

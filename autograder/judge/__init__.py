@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from autograder.judge import wire
+from autograder.judge import shipping, wire
 from distlab.source.definitions import functions
 from distlab.source.paths import ROOT
 
@@ -50,8 +50,26 @@ def runner_command(slot: int = 0, limits=None) -> list[str]:
     argv = [sys.executable, "-m", "autograder.judge.runner"]
     if not sandbox.available():
         return argv
-    return sandbox.wrap(argv, uid=sandbox.uid_for(slot), network=False,
-                        limits=limits or sandbox.Limits())
+    hidden, readable = runner_view()
+    # `autograder` without its __init__.py (hidden) is a namespace package: found on the path,
+    # not by the editable install's finder, which wants the __init__.py
+    env = {**sandbox.default_env(), "PYTHONPATH": str(ROOT)}
+    return sandbox.wrap(argv, uid=sandbox.uid_for(slot), network=False, env=env,
+                        limits=limits or sandbox.Limits(), hidden=hidden, readable=readable)
+
+
+def runner_view() -> tuple[list[str], list[str]]:
+    """(hidden, readable) folders of the runner's sandbox: an allowlist. The course repository
+    is hidden whole (besides the sandbox's usual solutions/, grading folder and .git); of it,
+    only distlab (src/) and the judge's own package (autograder/judge/: the runner, its wire
+    and what the judge ships) are shown, read-only, and the Python environment where it lives
+    inside (.venv). So no hidden test, oracle, reference, stand-in, mutant or test suite can be
+    imported or read next to the learner's code: the rank harnesses and stand-ins a request
+    needs travel in it (shipping.py). `autograder` is a namespace package there."""
+    from autograder.judge import sandbox
+
+    judge_package = os.path.dirname(os.path.abspath(__file__))
+    return ([*sandbox.default_hidden(), str(ROOT)], [str(ROOT / "src"), judge_package])
 
 
 class Runner:
@@ -182,12 +200,13 @@ class Remote:
         timeout = options.get("timeout") or self._runner.call_seconds
         return self._runner.ask({
             "op": "ranks", "function": self.__name__, "patch": self._patch,
-            "harness": f"{harness.__module__}:{harness.__qualname__}",
+            "harness": shipping.pack(harness),
             "args": wire.encode(list(args)), "options": options}, timeout=timeout + 15)
 
     def patched(self, **names):
-        """This function with notebook globals `names` replaced by trusted functions."""
-        patch = {k: f"{v.__module__}:{v.__qualname__}" for k, v in names.items()}
+        """This function with notebook globals `names` replaced by trusted functions (shipped
+        with each request: the runner cannot import them)."""
+        patch = {k: shipping.pack(v) for k, v in names.items()}
         return Remote(self._runner, self.__name__, {**self._patch, **patch})
 
     def close(self):

@@ -23,14 +23,15 @@ import os
 import sys
 import warnings
 
-from autograder.judge import wire
+from autograder.judge import shipping, wire
 from distlab.source.definitions import definitions
 
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 # What a runner may import before it forks, when the cells import it: public modules of these
-# installed packages, and the hidden tests' own import. Nothing else a learner names.
+# installed packages. Nothing else a learner names (and nothing of the grading side: its
+# sandbox shows none of it but the judge, so a graded cell's `from autograder.grade_cell import
+# grade` fails there, as a kernel's failing cell does, and defines nothing).
 PRELOAD_PACKAGES = ("distlab", "torch", "numpy")
-PRELOAD_MODULES = ("autograder.grade_cell",)
 
 
 def define(cells: list[str]) -> dict:
@@ -50,7 +51,7 @@ def define(cells: list[str]) -> dict:
 
 
 def preloadable(cells: list[str]) -> list[str]:
-    """The modules of PRELOAD_PACKAGES and PRELOAD_MODULES that the cells import, in order
+    """The modules of PRELOAD_PACKAGES that the cells import, in order
     (a private or `__main__` module never: importing those may run something)."""
     names = []
     for code in cells:
@@ -61,8 +62,8 @@ def preloadable(cells: list[str]) -> list[str]:
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names.append(node.module)
     parts = {name: name.split(".") for name in dict.fromkeys(names)}
-    return [name for name, part in parts.items() if name in PRELOAD_MODULES or (
-        part[0] in PRELOAD_PACKAGES and not any(p.startswith("_") for p in part))]
+    return [name for name, part in parts.items()
+            if part[0] in PRELOAD_PACKAGES and not any(p.startswith("_") for p in part)]
 
 
 def preload(cells: list[str]) -> None:
@@ -77,11 +78,6 @@ def preload(cells: list[str]) -> None:
             continue
 
 
-def _resolve(path: str):
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def answer(request: dict, state: dict):
     op = request["op"]
     if op == "load":
@@ -93,9 +89,9 @@ def answer(request: dict, state: dict):
     name = request["function"]
     if name not in namespace:
         raise NameError(f"name {name!r} is not defined")
-    # trusted stand-ins for some globals (a correct helper), for this request only
+    # trusted stand-ins for some globals (a correct helper), shipped with this request only
     saved = {key: namespace.get(key) for key in request.get("patch", {})}
-    namespace.update({key: _resolve(path) for key, path in request.get("patch", {}).items()})
+    namespace.update({key: shipping.unpack(text) for key, text in request.get("patch", {}).items()})
     try:
         fn = namespace[name]
         if op == "call":
@@ -103,7 +99,7 @@ def answer(request: dict, state: dict):
         if op == "ranks":
             import distlab
 
-            harness = _resolve(request["harness"])
+            harness = shipping.unpack(request["harness"])
             return distlab.run(harness, fn, *wire.decode(request["args"]), **request["options"])
         raise ValueError(f"unknown request {op!r}")
     finally:

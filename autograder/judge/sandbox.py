@@ -126,6 +126,11 @@ def _in_private(path: str) -> bool:
     return any(path == top or path.startswith(top + "/") for top in ("/tmp", "/dev/shm"))
 
 
+def _inside(path: str, folders: list[str]) -> bool:
+    """Is path inside one of folders (not one of them)?"""
+    return any(path.startswith(folder.rstrip("/") + "/") for folder in folders)
+
+
 def _closed(path: str) -> bool:
     """Is there a folder above path that other users may not enter (mode without o+x)?"""
     return any(not os.stat(parent).st_mode & 0o001 for parent in Path(path).parents)
@@ -139,8 +144,9 @@ def wrap(argv: list[str], *, uid: int, limits: Limits = Limits(), network: bool 
 
     writable: folders bound read-write. hidden: folders shown empty (default: default_hidden()).
     readable: folders shown read-only even where a hidden folder or a parent closed to the uid
-    would keep them out of sight; the Python running this and the course repository are added
-    when they live in such a place (pyenv under root's 700 home). A writable or readable folder
+    would keep them out of sight; the Python running this and the course repository (unless
+    hidden itself) are added when they live in such a place (pyenv under root's 700 home, a
+    .venv inside a hidden repository). A writable or readable folder
     inside a hidden one is all there is to see in it (say the one submission being graded).
     copy_in: files (say a kernel's connection file, in root's private runtime dir) copied into
     the sandbox's /tmp, readable by uid; an argv item equal to such a path becomes the copy's.
@@ -152,10 +158,12 @@ def wrap(argv: list[str], *, uid: int, limits: Limits = Limits(), network: bool 
     writable, readable = ([os.path.realpath(p) for p in paths] for paths in (writable, readable))
     if missing := [p for p in writable + readable if not os.path.isdir(p)]:
         raise ValueError(f"writable and readable folders must exist: {', '.join(missing)}")
-    needed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, REPO)}
-    readable += sorted(p for p in needed
-                       if (_closed(p) or _in_private(p)) and p not in readable)
     hidden = [os.path.realpath(p) for p in (default_hidden() if hidden is None else hidden)]
+    # The course repository is needed unless it is hidden itself (the judge's runner shows only
+    # parts of it); the Python running this also where it lives inside a hidden folder.
+    needed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, REPO)} - set(hidden)
+    readable += sorted(p for p in needed if (_closed(p) or _in_private(p) or _inside(p, hidden))
+                       and p not in readable)
     if files := [p for p in hidden if os.path.exists(p) and not os.path.isdir(p)]:
         raise ValueError(f"hidden must be folders (hide the folder around a file): {files}")
     config = {"uid": uid, "limits": asdict(limits), "network": network, "writable": writable,

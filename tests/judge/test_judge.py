@@ -110,9 +110,10 @@ def test_each_fork_starts_from_the_cells_not_from_what_the_last_one_left():
 
 
 def test_the_runner_preloads_only_public_modules_of_trusted_packages():
-    """Are torch, numpy and distlab modules the cells import (and the hidden tests' own) the
-    ones the runner imports before it forks, and never a name the learner picks elsewhere, a
-    private module or a __main__ (importing those may run something)?"""
+    """Are torch, numpy and distlab modules the cells import the ones the runner imports before
+    it forks, and never the grading side (not even the graded cells' grade_cell: the runner's
+    sandbox hides it), a name the learner picks elsewhere, a private module or a __main__
+    (importing those may run something)?"""
     from autograder.judge.runner import preloadable
 
     cells = ["import os\nimport numpy as np\nimport torch.distributed as dist\n"
@@ -121,8 +122,7 @@ def test_the_runner_preloads_only_public_modules_of_trusted_packages():
              "from distlab.drills.__main__ import main\nimport torch._dynamo\nimport antigravity\n"
              "from . import sibling\nimport numpy\n",
              "def f():\n    import distlab.zero  # inside a function: not at import time\n"]
-    assert preloadable(cells) == ["numpy", "torch.distributed", "distlab.pipeline",
-                                  "autograder.grade_cell"]
+    assert preloadable(cells) == ["numpy", "torch.distributed", "distlab.pipeline"]
 
 
 def test_a_child_that_changes_a_preloaded_module_leaves_the_next_child_a_clean_one():
@@ -139,3 +139,95 @@ def test_a_child_that_changes_a_preloaded_module_leaves_the_next_child_a_clean_o
         assert judge.Remote(runner, "poisoned")() is False
     finally:
         runner.close()
+
+
+# ---- the runner's sandbox: no hidden test, oracle or answer within reach
+
+REAL_AVAILABLE = sandbox.available  # this module's tests run the runner without its sandbox
+needs_sandbox = pytest.mark.skipif(bool(sandbox.why_unavailable()),
+                                   reason=f"the runner's sandbox: {sandbox.why_unavailable()}")
+
+PROBE = '''
+def probe(modules, folders):
+    import importlib, os
+    seen = {}
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            seen[name] = "imported"
+        except ImportError as err:
+            seen[name] = type(err).__name__
+    for path in folders:
+        seen[path] = sorted(os.listdir(path)) if os.path.isdir(path) else "absent"
+    return seen
+'''
+
+
+@pytest.fixture
+def sandboxed(monkeypatch):
+    """The runner in its sandbox, as grading starts it."""
+    monkeypatch.setattr(sandbox, "available", REAL_AVAILABLE)
+
+
+@needs_sandbox
+def test_the_runner_sees_distlab_and_the_judge_and_nothing_else_of_the_course(sandboxed):
+    """In the runner's sandbox, can the learner's code import distlab and the judge's own
+    modules, but no hidden test, oracle or reference, and find no solution, test or other
+    grading module to read?"""
+    from distlab.source.paths import ROOT
+
+    runner = judge.Runner([PROBE], call_seconds=30)
+    try:
+        hidden = ["autograder.exercises", "autograder.exercises.collectives",
+                  "autograder.reference", "autograder.grade_cell", "autograder.solved",
+                  "autograder.mutants", "autograder.drill_judge"]
+        folders = [str(ROOT), str(ROOT / "autograder"), str(ROOT / "solutions"),
+                   str(ROOT / "tests")]
+        seen = judge.Remote(runner, "probe")(hidden + ["distlab.collectives",
+                                                       "autograder.judge.wire"], folders)
+    finally:
+        runner.close()
+    assert {name: seen[name] for name in hidden} == dict.fromkeys(hidden, "ModuleNotFoundError")
+    assert seen["distlab.collectives"] == seen["autograder.judge.wire"] == "imported"
+    assert set(seen[str(ROOT)]) <= {"autograder", "src", ".venv", "solutions", "grading"}
+    assert seen[str(ROOT / "autograder")] == ["judge"]
+    assert seen[str(ROOT / "solutions")] in ([], "absent")
+    assert seen[str(ROOT / "tests")] == "absent"
+
+
+ORACLE = '__import__("autograder.exercises.collectives", fromlist=["_"])._oracle_bounds'
+SHORTCUT_FILE = ('__import__("distlab.source.paths", fromlist=["_"]).ROOT / "tests" / "shortcuts"'
+                 ' / "01_collectives.py"')
+# ring_allgather's one blank, read from the honest answers of the shortcut suite
+FROM_SHORTCUTS = (f'eval(__import__("re").search(r\'"ring_allgather", \\{{1: "(.*?)"\\}}\', '
+                  f'open({SHORTCUT_FILE}).read())[1], {{"latest": latest, "r": r, "N": N}})')
+# chunk_bounds's three blanks, from the hidden test's oracle
+FROM_ORACLE = {1: f"(oracle := {ORACLE}(length, n)) and (0, 0)", 2: "oracle[j][1]",
+               3: "oracle[j][1]"}
+
+
+@needs_sandbox
+def test_a_blank_that_takes_the_answer_from_the_grading_side_earns_nothing(sandboxed):
+    """Without the runner's allowlist, chunk_bounds whose blanks call the hidden test's oracle
+    (exercises.collectives._oracle_bounds) earned 3 of 3, and ring_allgather whose blank reads
+    its answer from tests/shortcuts/ 1 of 1. In the sandbox, are both 0, failing on the import
+    and the read?"""
+    from notebook_testing import answered
+
+    from autograder import reference, solved
+
+    edits = {"chunk_bounds": FROM_ORACLE, "ring_allgather": {1: FROM_SHORTCUTS}}
+    cells = []
+    for cell in solved.load("01_collectives").cells:
+        name = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.cell_type == "code":
+            source = cell.source
+            if name in edits:
+                source = answered(source, reference.locate(name)[2], edits[name], name)
+            cells.append(source)
+    (oracle, _, oracle_report), (read, _, read_report) = judge.verdicts(
+        cells, [("chunk_bounds", None), ("ring_allgather", None)], "t", call_seconds=30)
+    assert oracle == 0, oracle_report
+    assert "No module named 'autograder.exercises'" in "\n".join(oracle_report), oracle_report
+    assert read == 0, read_report
+    assert "No such file or directory" in "\n".join(read_report), read_report
