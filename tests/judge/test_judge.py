@@ -189,7 +189,7 @@ def test_the_runner_sees_distlab_and_the_judge_and_nothing_else_of_the_course(sa
         runner.close()
     assert {name: seen[name] for name in hidden} == dict.fromkeys(hidden, "ModuleNotFoundError")
     assert seen["distlab.collectives"] == seen["autograder.judge.wire"] == "imported"
-    assert set(seen[str(ROOT)]) <= {"autograder", "src", ".venv", "solutions", "grading"}
+    assert set(seen[str(ROOT)]) <= {"autograder", "src", ".venv", "solutions", "grading", ".git"}
     assert seen[str(ROOT / "autograder")] == ["judge"]
     assert seen[str(ROOT / "solutions")] in ([], "absent")
     assert seen[str(ROOT / "tests")] == "absent"
