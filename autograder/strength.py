@@ -19,8 +19,12 @@ and fails the command too.
 `--sample` (what `make test` runs) keeps, of each blank's generated mutants, one of each kind
 (`other name`, `off by one`, ...: the one whose text hashes lowest, so the same one every run)
 and every ACCEPT and REJECT: about a quarter of the mutants, every way of being wrong that a
-blank has. The exhaustive check (no `--sample`: `make strength`, `make test-all`) adds the
-other mutants of each kind: another name, another attribute of the same kind.
+blank has. Of those, a blank whose answer is a drill position (same function, line and column)
+that the drill verdicts saw every generated mutant of fail (src/distlab/drills/verdicts.json,
+kept current by tests/test_drills.py) counts its generated mutants as caught without running
+them again (autograder/drill_verdicts.py; about a third of the sample). The exhaustive check
+(no `--sample`: `make strength`, `make test-all`) runs every mutant, the other mutants of each
+kind too: another name, another attribute of the same kind.
 
 Mutants run in worker processes forked from this one once the references, the hidden tests and
 torch are imported; each worker keeps its own rank launcher warm for the real-rank tests. A
@@ -48,7 +52,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
 
-from autograder import giveaway, solved
+from autograder import drill_verdicts, giveaway, solved
 from autograder.mutants import (
     Mutant,
     answer_lists,
@@ -65,6 +69,8 @@ MIN_TIMEOUT_S = 1.0  # a mutant gets at least this long before it counts as hung
 TIMEOUT_FACTOR = 3.0  # ... or this many times what its reference took
 ACCEPT_FACTOR = 3.0  # an accepted answer must pass: it gets this many times longer
 REFERENCE_TIMEOUT_S = 120.0  # the reference itself (its first real-rank run starts a launcher)
+# a sampled mutant of a blank the drill verdicts cover (autograder/drill_verdicts.py): not run
+SETTLED = "failed its hidden test when the drill verdicts were computed"
 WARM_S = 0.3  # a reference slower than this is timed again, its worker's launcher warm
 KILL_GRACE_S = 15.0  # past its alarm, a worker that does not answer is killed
 MEMORY_BYTES = 4 << 30  # a worker's heap, where no GPU is: a list grown forever fails a mutant
@@ -92,6 +98,7 @@ class BlankCase:
     sources: dict[str, str] = field(default_factory=dict)  # mutant text -> the mutated cell
     problems: list[str] = field(default_factory=list)  # found before running anything
     outcomes: dict[str, Outcome] = field(default_factory=dict)  # mutant text -> outcome
+    settled: bool = False  # its generated mutants all failed when the drill verdicts were made
 
     def label(self) -> str:
         return f"{self.where}: {self.function} [{self.blank.number}] `{self.blank.answer}`"
@@ -218,7 +225,11 @@ def plan(assignment: str, solutions: Path = paths.SOLUTIONS,
             cases.append(case)
             _mutate(case, cell.source, template, blanks, holder, names, solved_dump)
             if sample:
+                generated = sum(m.kind not in ("ACCEPT", "REJECT") for m in case.mutants)
                 case.mutants = sampled(case.mutants)
+                case.settled = Path(solutions) == paths.SOLUTIONS and drill_verdicts.settled(
+                    name, cell.source.split("\n")[blank.line - 1],
+                    len(_around(template, blanks, blank)[0]), blank.answer, generated)
     return cases
 
 
@@ -441,6 +452,7 @@ class Report:
                 "mutants": len(pairs), "caught": len(caught),
                 "by timeout": sum(o.timed_out for o in caught),
                 "accepted": sum(1 for m, o in pairs if o and m.accepted and o.passed),
+                "settled": sum(1 for _, o in pairs if o and o.reason == SETTLED),
                 "seconds": sum(o.seconds for _, o in pairs if o)}
 
     def failures(self) -> list[str]:
@@ -463,8 +475,8 @@ class Report:
         c = self.counts()
         mutants = "mutants (one of each kind per blank)" if self.sampled else "mutants"
         out = [f"{self.assignment}: {c['blanks']} blanks, {c['mutants']} {mutants}, "
-               f"{c['caught']} caught ({c['by timeout']} by timeout), {c['accepted']} accepted "
-               f"({c['seconds']:.1f} s of mutant runs)"]
+               f"{c['caught']} caught ({c['by timeout']} by timeout, {c['settled']} by the drill "
+               f"verdicts), {c['accepted']} accepted ({c['seconds']:.1f} s of mutant runs)"]
         for name in dict.fromkeys(case.function for case in self.cases):
             cases = [case for case in self.cases if case.function == name]
             f = self.counts(cases)
@@ -535,6 +547,9 @@ def _run(reports: list[Report], workers: Workers, students: list[str], timeout, 
         limit = timeout or max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * took[key])
         for case in cases:
             for mutant in case.mutants:
+                if case.settled and students == [""] and mutant.kind not in ("ACCEPT", "REJECT"):
+                    case.outcomes[mutant.text] = Outcome(False, SETTLED)
+                    continue
                 tasks.append({"id": (key, case.blank.number, mutant.text), "assignment": key[0],
                               "solutions": solutions, "students": students,
                               "source": case.sources[mutant.text], "tests": case.tests,

@@ -491,9 +491,9 @@ def test_a_kernel_with_a_drill_open_exits_at_once():
 
 def hidden_test_digest(name: str) -> str:
     """A digest of the code of the hidden test module of snippet `name`."""
-    import inspect
+    from autograder.drill_verdicts import test_digest
 
-    return positions.code_digest(inspect.getsource(inspect.getmodule(all_tests()[name])))
+    return test_digest(name)
 
 
 def stale(snippet) -> list[str]:
