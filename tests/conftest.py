@@ -5,9 +5,10 @@ between cells), and a third lane fills that time; the grading batches keep a cor
 - Each worker grades in its own grading folder with its own sandbox uids, as two graders on one
   machine must: a uid's process limit, memory cgroup and kernel sockets belong to one sandbox
   at a time, and a grading folder's kernelspecs to one grader.
-- Each module is one unit of work (its module fixtures are built once), and the two modules
-  that grade every notebook in `make grade` batches are one unit: they share the lane's
-  release of the course (test_adversarial grades 01 alone, and releases it alone).
+- Each module is one unit of work (its module fixtures are built once). The grading batches
+  were one unit once, sharing one release of the course; that unit (about 19 minutes in a
+  lane) was the suite's critical path, so each now releases what it grades in its own lane
+  (about 50 s of CPU more).
 - The longest units go first (measured on 2 cores), so that the lanes end together.
 """
 
@@ -28,11 +29,12 @@ if WORKER:
     LANE_GRADING.mkdir(parents=True)
     os.environ["DISTLAB_GRADING_DIR"] = str(LANE_GRADING)
 
-GRADING_BATCHES = ("system/test_grading.py", "system/test_adversarial_notebooks.py")  # 700
-# the other long units, longest first (seconds in a lane of `make test`, in parentheses)
+# the long units, longest first (seconds in a lane of `make test`, in parentheses)
 LONGEST_FIRST = (
-    "system/test_adversarial.py",  # 410
-    "system/test_blank_strength.py",  # 200 (sampled)
+    "system/test_grading.py",  # 870
+    "system/test_adversarial.py",  # 580
+    "system/test_blank_strength.py",  # 400 (sampled)
+    "system/test_adversarial_notebooks.py",  # 260
     "system/test_browser.py",  # 210
     "system/test_exchange.py",  # 150
     "test_collectives.py",  # 70
@@ -67,20 +69,17 @@ def module_of(nodeid: str) -> str:
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: k for k, name in enumerate(LONGEST_FIRST, start=1)}
-    rank.update({name: 0 for name in GRADING_BATCHES})
     items.sort(key=lambda item: rank.get(module_of(item.nodeid), len(rank)))  # stable
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """xdist's scheduling by scope, with one scope per module and one for the grading batches,
-    handed out in the order above."""
+    """xdist's scheduling by scope, one scope per module, handed out in the order above."""
     from xdist.scheduler import LoadScopeScheduling
 
     class Lanes(LoadScopeScheduling):
         def _split_scope(self, nodeid):
-            module = module_of(nodeid)
-            return "grading batches" if module in GRADING_BATCHES else module
+            return module_of(nodeid)
 
     config.option.loadscopereorder = False
     return Lanes(config, log)
