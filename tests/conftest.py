@@ -42,7 +42,7 @@ LONGEST_FIRST = (
     "test_data_parallel.py",  # 60
     "system/test_batch_timeouts.py",  # 50
     "judge/test_judge.py",  # 50
-    "test_pipeline_exercises.py",  # 50
+    "test_pipeline_parallel.py",  # 50
     "test_tensor_parallel.py",  # 50
     "test_launch.py",  # 45
     "test_zero.py",  # 40

@@ -271,7 +271,7 @@ def test_visible_checks_pass_on_the_reference(monkeypatch, capsys):
     """Run top to bottom (graded cells left out, the measurement faked), does every check cell
     of the solved notebook pass and print its ✓, writing no warnings?"""
     from autograder import solved
-    from distlab import cost
+    from distlab import cost_models as cost
 
     monkeypatch.setattr(cost.plt, "show", lambda *a, **k: cost.plt.close("all"))
     monkeypatch.setattr(cost, "measure", fake_measure)
@@ -291,7 +291,7 @@ def test_visible_checks_pass_on_the_reference(monkeypatch, capsys):
 def test_pictures_draw_the_functions_they_are_given(monkeypatch):
     """Do the pictures draw whatever functions they are handed (here the references), with a
     crossover line where there is one, without warnings?"""
-    from distlab import cost
+    from distlab import cost_models as cost
 
     ref = reference.reference
     described = []
@@ -318,7 +318,7 @@ def test_pictures_draw_the_functions_they_are_given(monkeypatch):
 def test_iteration_bars_mark_layouts_that_do_not_fit():
     """Does the stacked bar chart stack the five parts to the iteration time, and say which
     layout is the fastest that fits?"""
-    from distlab import cost
+    from distlab import cost_models as cost
 
     costs = reference.reference("iteration_costs")
     model = {"layers": 8, "hidden": 1024, "seq": 1024, "global_batch": 16, "micro_batch": 1,
@@ -338,7 +338,7 @@ def test_measure_times_real_collectives_on_two_ranks():
     """Does the measurement harness time dist.all_reduce and the notebook's send/recv ring on
     2 gloo ranks, giving positive times that grow with the size?"""
     import distlab
-    from distlab import cost
+    from distlab import cost_models as cost
 
     ring = reference.module(ASSIGNMENT).ring_all_reduce
     try:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from distlab.cost import (
+from distlab.cost_models import (
     GB,
     MiB,
     explore_layouts,

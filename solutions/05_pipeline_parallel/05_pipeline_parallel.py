@@ -38,7 +38,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.utils.checkpoint import checkpoint
 
 from distlab import run
-from distlab.pipeline import (
+from distlab.pipeline_parallel import (
     peak_in_flight,
     show_bars,
     show_gantt,
@@ -181,7 +181,7 @@ for M in (4, 6, 8, 16, 32):
 # **order**: `order[r]` is the list of actions rank `r` runs, in sequence. Reading your table
 # row by row and skipping the idle slots gives GPipe's order.
 #
-# `distlab.pipeline` takes an order and does the rest (it makes no schedules itself):
+# `distlab.pipeline_parallel` takes an order and does the rest (it makes no schedules itself):
 #
 # * `simulate(order, costs)` runs it on a model clock: every action starts when its rank is
 #   free and what it needs is done: the forward of micro-batch $m$ on stage $s$ needs stage

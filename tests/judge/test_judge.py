@@ -117,12 +117,12 @@ def test_the_runner_preloads_only_public_modules_of_trusted_packages():
     from autograder.judge.runner import preloadable
 
     cells = ["import os\nimport numpy as np\nimport torch.distributed as dist\n"
-             "from distlab.pipeline import show_schedule\n",
+             "from distlab.pipeline_parallel import show_schedule\n",
              "from autograder.grade_cell import grade\nimport autograder.batch.__main__\n"
              "from distlab.drills.__main__ import main\nimport torch._dynamo\nimport antigravity\n"
              "from . import sibling\nimport numpy\n",
              "def f():\n    import distlab.zero  # inside a function: not at import time\n"]
-    assert preloadable(cells) == ["numpy", "torch.distributed", "distlab.pipeline"]
+    assert preloadable(cells) == ["numpy", "torch.distributed", "distlab.pipeline_parallel"]
 
 
 def test_a_child_that_changes_a_preloaded_module_leaves_the_next_child_a_clean_one():

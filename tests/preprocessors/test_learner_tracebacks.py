@@ -58,7 +58,7 @@ def test_a_run_of_hidden_frames_becomes_one_line_and_later_frames_stay():
                 f"\x1b[32m, line {line}\x1b[39m{func}\n")
 
     tb = ["\x1b[31m-----\x1b[39m", "\x1b[31mValueError\x1b[39m   Traceback (most recent call last)",
-          cell(3, 4), frame("/x/src/distlab/cost.py:188", "f"),
+          cell(3, 4), frame("/x/src/distlab/cost_models.py:188", "f"),
           frame("/x/lib/site-packages/numpy/a.py:7", "g"), cell(2, 3, ", in costs_of"),
           "\x1b[31mValueError\x1b[39m: bad"]
     nb = new_notebook(cells=[new_code_cell("x", outputs=[new_output(

@@ -3,7 +3,7 @@ answers with one wrong blank fail them (and get that blank named), do other corr
 pass, do the simulator's numbers match the formulas, and do the reference orders match what
 torch.distributed.pipelining runs?
 
-Run: .venv/bin/python -m pytest tests/test_pipeline_exercises.py -q   (about 45 s on 2 idle cores)
+Run: .venv/bin/python -m pytest tests/test_pipeline_parallel.py -q   (about 45 s on 2 idle cores)
 """
 
 import linecache
@@ -292,7 +292,7 @@ def test_simulated_bubbles_match_the_formulas():
     """Over the ideal time, is the simulated bubble (S-1)/M for GPipe and 1F1B and (S-1)/(vM)
     for interleaved 1F1B (M >= S), and is ZB-H1's idle time S-1 steps per rank with F = B = W?
     Does 1F1B hold min(S - s, M) micro-batches on stage s, GPipe M?"""
-    from distlab.pipeline import peak_in_flight, simulate
+    from distlab.pipeline_parallel import peak_in_flight, simulate
 
     gpipe_order = reference.module(ASSIGNMENT).gpipe_order
     one_f_one_b = reference.reference("one_f_one_b_order")
@@ -315,7 +315,7 @@ def test_simulated_bubbles_match_the_formulas():
 
 def test_interleaved_pays_for_its_bubble_with_messages():
     """Does interleaving v chunks send 2M(vS-1) messages where 1F1B sends 2M(S-1)?"""
-    from distlab.pipeline import simulate
+    from distlab.pipeline_parallel import simulate
 
     for S, M, v in ((4, 8, 2), (3, 6, 3), (2, 5, 4)):
         assert simulate(reference.reference("one_f_one_b_order")(S, M)).messages == \
@@ -326,7 +326,7 @@ def test_interleaved_pays_for_its_bubble_with_messages():
 
 def test_the_simulator_rejects_broken_orders():
     """Does the simulator name a missing action, a repeated one, and a deadlock?"""
-    from distlab.pipeline import ScheduleError, simulate
+    from distlab.pipeline_parallel import ScheduleError, simulate
 
     with pytest.raises(ScheduleError, match="B of micro-batch 1 on stage 0 never runs"):
         simulate([[(0, "F", 0), (0, "F", 1), (0, "B", 0)]])
@@ -345,7 +345,7 @@ def test_the_simulator_rejects_broken_orders():
 
 def test_text_gantt_draws_the_table():
     """Is the text Gantt of GPipe's order, with the table's costs, the seed's picture?"""
-    from distlab.pipeline import text_gantt
+    from distlab.pipeline_parallel import text_gantt
 
     text = text_gantt(reference.module(ASSIGNMENT).gpipe_order(2, 2), {"F": 1, "B": 1})
     assert text.splitlines() == ["t      0  1  2  3  4  5",
@@ -359,7 +359,7 @@ def test_pictures_are_shown_once_and_described_in_words(monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
-    from distlab import pipeline
+    from distlab import pipeline_parallel as pipeline
 
     shown = []
     monkeypatch.setattr(pipeline, "_show", lambda fig, text: shown.append(text))
@@ -433,7 +433,7 @@ def test_reference_orders_are_what_torch_runs(S, M):
     Schedule1F1B run on S gloo ranks? Where Schedule1F1B's pipeline_order table differs from
     what it runs (torch 2.13 labels the last stage's forwards one micro-batch late), does the
     simulator show the table is the wrong one?"""
-    from distlab.pipeline import ScheduleError, simulate
+    from distlab.pipeline_parallel import ScheduleError, simulate
 
     gpipe_ran, _ = _torch_orders("ScheduleGPipe", S, M)
     assert gpipe_ran == reference.module(ASSIGNMENT).gpipe_order(S, M)
@@ -449,7 +449,7 @@ def test_interleaved_reference_is_torchs_but_for_the_warmup():
     """With torch's warm-up, (v-1)·round + 2(S-1-r) forwards, is the reference interleaved
     order what ScheduleInterleaved1F1B runs (2 ranks, 2 chunks, M = 2, 3, 4)? And is the
     reference's shorter warm-up as fast, holding fewer activations?"""
-    from distlab.pipeline import peak_in_flight, simulate
+    from distlab.pipeline_parallel import peak_in_flight, simulate
 
     torchs = nb.variant("interleaved_order", 3,
                      "min((v - 1) * size + 2 * (S - r - 1), len(forwards))")

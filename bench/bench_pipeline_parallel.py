@@ -1,7 +1,7 @@
 """Notebook 05's pipeline on real ranks: one training step with the GPipe and the 1F1B order on
 2 gloo ranks, its time, the activations it keeps, and its bubble against the formula.
 
-    python -m bench.bench_pipeline
+    python -m bench.bench_pipeline_parallel
 
 Each rank runs its stage with the reference `run_stage` of solutions/05_pipeline_parallel (the
 function the notebook runs an order with), the orders made by the reference `gpipe_table` (read
@@ -17,7 +17,7 @@ Times: the median, over repetitions after a warm-up, of the slowest rank's step;
 sizes are visited in turn, in several rounds, and the variants alternate step by step.
 
 In flight: the most micro-batches a stage held at once, as run_stage measures it, and as
-distlab.pipeline.peak_in_flight reads it off the order (the module raises if they differ).
+distlab.pipeline_parallel.peak_in_flight reads it off the order (the module raises if they differ).
 Saved: the peak bytes of activations that autograd held for the backward on each stage,
 counted with saved_tensors_hooks (each storage once, the weights, the batch and the targets
 left out), against in flight x the bytes one micro-batch saves, (LAYERS + 1) x rows x WIDTH x 4
@@ -26,7 +26,7 @@ output: the input is the batch itself).
 
 Bubble: measured, 1 - (time the ranks computed) / (2 ranks x the step), where a rank's compute
 time is its step less the time it spent in dist.recv and waiting for its sends; simulated,
-distlab.pipeline.simulate(order).bubble (F = 1, B = 2); the formula (S-1)/(M+S-1).
+distlab.pipeline_parallel.simulate(order).bubble (F = 1, B = 2); the formula (S-1)/(M+S-1).
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def _time_steps(rank, world_size, run_stage, variants, warmup, repeats):
 
 def main() -> list[dict]:
     from distlab import run
-    from distlab.pipeline import peak_in_flight, simulate
+    from distlab.pipeline_parallel import peak_in_flight, simulate
 
     run_stage, gpipe_table, one_f_one_b_order = (
         reference(name) for name in ("run_stage", "gpipe_table", "one_f_one_b_order"))

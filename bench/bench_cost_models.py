@@ -1,7 +1,7 @@
 """Notebook 02's measurement sweep: its wall time, and the fitted model's error on sizes left
 out of the fit.
 
-    python -m bench.bench_cost
+    python -m bench.bench_cost_models
 
 Baseline: the same number of `distlab.run` calls doing nothing, in the same run, so the ratio
 says what the timed collectives cost on top of launching them (target for the sweep: < 20 s).
@@ -23,7 +23,7 @@ def _idle(rank, world_size):
 
 def main() -> list[dict]:
     from distlab import run
-    from distlab.cost import measure
+    from distlab.cost_models import measure
 
     sizes = [4 * 4**k for k in range(13)]  # 4 bytes to 64 MiB, as the notebook
     ring, fit, model = (reference(name) for name in

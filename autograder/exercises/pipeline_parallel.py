@@ -2,7 +2,7 @@
 run on real ranks checked against an unsplit model.
 
 A schedule is never compared as text. The learner's order (or table) is run on
-`distlab.pipeline`'s model clock: every action exactly once, every dependency respected, no
+`distlab.pipeline_parallel`'s model clock: every action exactly once, every dependency respected, no
 ranks waiting on each other forever; then its length and the activations it holds are compared
 with the oracle generators below (written here, not imported from the notebook). Any order that
 is as fast and holds no more passes.
@@ -105,7 +105,7 @@ def _order(out, S: int, where: str) -> list:
 
 
 def _simulate(order, where: str, **options):
-    from distlab.pipeline import ScheduleError, simulate
+    from distlab.pipeline_parallel import ScheduleError, simulate
 
     try:
         return simulate(order, **options)
@@ -125,7 +125,7 @@ def _check_layout(order, S: int, v: int, where: str) -> None:
 def _check_time_and_memory(order, oracle, where: str, name: str, costs=None, per="stage",
                            **options) -> None:
     """As fast as the oracle order, and holding no more activations anywhere."""
-    from distlab.pipeline import peak_in_flight
+    from distlab.pipeline_parallel import peak_in_flight
 
     got, want = _simulate(order, where, costs=costs, **options), _simulate(oracle, where,
                                                                             costs=costs)
@@ -175,7 +175,7 @@ def _table(out, S: int, where: str) -> tuple[list, object, dict, int]:
 
 @exercise
 def gpipe_table(fn, rng):
-    from distlab.pipeline import needs
+    from distlab.pipeline_parallel import needs
 
     for S, M in [(4, 6), (1, 1), (1, 5), (5, 1), (4, 2), (3, 3)] + _sizes(rng, 14):
         where = f"S={S}, M={M}"
@@ -203,7 +203,7 @@ def gpipe_table(fn, rng):
 
 @exercise
 def one_f_one_b_order(fn, rng):
-    from distlab.pipeline import peak_in_flight
+    from distlab.pipeline_parallel import peak_in_flight
 
     for S, M in [(4, 6), (4, 8), (1, 1), (1, 4), (4, 1), (4, 2), (3, 3)] + _sizes(rng, 14):
         where = f"S={S}, M={M}"
@@ -411,7 +411,7 @@ def _stage_verdict(S: int, cases: list, results: list) -> None:
     import torch
     import torch.nn.functional as F
 
-    from distlab.pipeline import peak_in_flight
+    from distlab.pipeline_parallel import peak_in_flight
 
     for index, (name, order, M, seed) in enumerate(cases):
         where = f"world_size={S}, {name} order, M={M}"

@@ -1,7 +1,7 @@
 """The notebook's ring all-reduce (send/recv on gloo) against dist.all_reduce, 1 KiB to 64 MiB.
 
-    python bench/bench_ring.py                 # 4 ranks, the table below
-    python bench/bench_ring.py --world-size 8 --max-mib 16
+    python bench/bench_collectives.py                 # 4 ranks, the table below
+    python bench/bench_collectives.py --world-size 8 --max-mib 16
 
 The ring is the reference answer of `ring_allreduce_p2p` in solutions/01_collectives, loaded
 with autograder.reference, so the benchmark always measures what the course teaches.
