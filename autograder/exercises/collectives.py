@@ -411,6 +411,8 @@ def ring_allreduce_p2p(fn, rng):
     require_filled(fn)
     for n in (1, 2, 3, 4, int(rng.integers(5, 8)), 8):
         specs = _p2p_specs(rng, n)
+        if n == 8:  # the most ranks (the slowest rings): one case per length, both ops and
+            specs = [specs[1], specs[2], specs[4]]  # dtypes among them; below 8, every pairing
         cases = [([torch.from_numpy(rng.standard_normal(length)).to(dtype) for _ in range(n)],
                   op) for length, op, dtype in specs]
         _p2p_verdict(n, specs, cases, on_ranks(_p2p_harness, fn, n, cases))
