@@ -127,7 +127,7 @@ def test_a_hung_mutant_counts_as_caught_after_its_timeout(tmp_path, hidden):
     assert outcomes["0"].timed_out and not outcomes["0"].passed
     assert not outcomes["2"].passed and not outcomes["2"].timed_out
     assert report.failures() == []
-    assert "(1 by timeout)" in report.text()
+    assert "(1 by timeout, 0 by the drill verdicts)" in report.text()
 
 
 def test_a_worker_that_stops_answering_is_replaced(tmp_path, monkeypatch):
