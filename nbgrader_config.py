@@ -48,11 +48,13 @@ from autograder.preprocessors import (  # noqa: E402
     RestoreCells,
     StaticWidgets,
 )
+from distlab.source import settings  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by traitlets when this file is loaded)
 
 # All grading data lives in one git-ignored folder (DISTLAB_GRADING_DIR moves it, e.g. in tests).
-GRADING = os.environ.get("DISTLAB_GRADING_DIR", os.path.join(HERE, "grading"))
+# The DISTLAB_* settings are read in distlab/source/settings.py (README.md, "Settings").
+GRADING = str(settings.grading_dir())
 
 c.CourseDirectory.root = HERE
 c.CourseDirectory.course_id = "distlab"
@@ -66,7 +68,7 @@ c.CourseDirectory.solution_directory = os.path.join(GRADING, "solution")
 # fetch_feedback, `nbgrader list`, the formgrader's assignment pages). One machine: a folder
 # beside the grading data. JupyterHub: DISTLAB_EXCHANGE=/srv/nbgrader/exchange, a folder every
 # learner's server mounts, with the same root in the learners' nbgrader_config.py (README).
-c.Exchange.root = os.environ.get("DISTLAB_EXCHANGE", os.path.join(GRADING, "exchange"))
+c.Exchange.root = str(settings.exchange_dir())
 # Both folders exist before any command needs them: `list` and the formgrader fail on a missing
 # exchange, `collect` on a gradebook whose folder is missing.
 for folder, mode in ((GRADING, None), (c.Exchange.root, 0o777)):
@@ -81,8 +83,7 @@ for folder, mode in ((GRADING, None), (c.Exchange.root, 0o777)):
 c.ExportPlugin.to = os.path.join(GRADING, "grades.csv")
 # Any SQLAlchemy URL works (PostgreSQL for big classes): DISTLAB_DB_URL or edit this line.
 # SQLite waits up to 60 s for a lock: `make grade` writes from several graders at once.
-c.CourseDirectory.db_url = os.environ.get(
-    "DISTLAB_DB_URL", "sqlite:///" + os.path.join(GRADING, "gradebook.db") + "?timeout=60")
+c.CourseDirectory.db_url = settings.gradebook_url()
 
 # nbgrader's own list, with ClearBlanks in place of ClearSolutions. Order matters:
 # ClearHiddenTests must come after ComputeChecksums and SaveCells, which must see the tests.

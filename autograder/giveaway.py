@@ -275,7 +275,7 @@ def _one_blank(report: Report, blank: Blank, where: str, reason: str, before: li
 
 def _first_lines(path: Path, nb) -> list[int]:
     """The line in the file of each cell's first source line."""
-    from autograder.strength import _first_lines as first_lines
+    from autograder.strength.plan import _first_lines as first_lines
 
     return first_lines(path, nb)
 

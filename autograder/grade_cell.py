@@ -23,6 +23,7 @@ import numpy as np
 from autograder import diagnose, reference
 from autograder.exercises import test_for
 from distlab.blanks import unfilled_lines
+from distlab.source import settings
 from distlab.source.changes import changed_outside_blanks
 from distlab.source.definitions import functions
 from distlab.source.markers import blank_source
@@ -30,7 +31,7 @@ from distlab.source.markers import blank_source
 
 def seed_for(name: str, student: str | None = None) -> int:
     """The hidden tests' seed: fixed per function and student (reproducible regrades)."""
-    student = os.environ.get("DISTLAB_STUDENT", "") if student is None else student
+    student = settings.student() if student is None else student
     return zlib.crc32(f"{student}/{name}".encode())
 
 
@@ -186,7 +187,7 @@ def grade(fn, points: float | None = None) -> float | None:
     Under `make grade` (DISTLAB_JUDGE set) the judge grades outside the kernel instead, and
     what this cell shows is replaced by its verdict.
     """
-    if os.environ.get("DISTLAB_JUDGE"):
+    if settings.judged():
         print("graded outside the notebook by the course's judge")
         return None
     name = getattr(fn, "__name__", str(fn))

@@ -1,5 +1,5 @@
 """Plausible wrong answers to a blank, made from its reference answer with `ast` (for the
-blank-strength check, autograder/strength.py), and the marker clauses that list answers by hand.
+blank-strength check, autograder/strength/), and the marker clauses that list answers by hand.
 
     generate("(i + 1) % N", scope)  ->  (i - 1) % N, i + 1, (i + 2) % N, (step + 1) % N, ...
 

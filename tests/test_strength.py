@@ -127,13 +127,13 @@ def test_a_hung_mutant_counts_as_caught_after_its_timeout(tmp_path, hidden):
     assert outcomes["0"].timed_out and not outcomes["0"].passed
     assert not outcomes["2"].passed and not outcomes["2"].timed_out
     assert report.failures() == []
-    assert "(1 by timeout)" in report.text()
+    assert "(1 by timeout, 0 by the drill verdicts)" in report.text()
 
 
 def test_a_worker_that_stops_answering_is_replaced(tmp_path, monkeypatch):
     """Is a worker that ignores its alarm (here: a mutant that blocks SIGALRM and sleeps) killed
     after the grace time, its task counted as caught, and the next task run by a new worker?"""
-    monkeypatch.setattr(strength, "KILL_GRACE_S", 0.5)
+    monkeypatch.setattr(strength.workers, "KILL_GRACE_S", 0.5)
     solutions = toy(tmp_path, "def f():\n    pass  # BLANK")
     hang = ("import signal\nimport time\n"
             "@(lambda fn: (signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM}), "
@@ -186,7 +186,7 @@ def test_the_command_line_exits_1_on_a_survivor(tmp_path, hidden, monkeypatch, c
     hidden(next_gpu=one_gpu)
     solutions = toy(tmp_path, NEXT_GPU.format(clauses=""))
     report = run(solutions)
-    monkeypatch.setattr(strength, "check", lambda *args, **options: [report])
+    monkeypatch.setattr(strength.cli, "check", lambda *args, **options: [report])
     given = strength.giveaway.check
     monkeypatch.setattr(strength.giveaway, "check", lambda ids: given(ids, solutions))
     assert strength.main(["00_toy"]) == 1

@@ -31,6 +31,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from distlab.source import settings
+
 # `module.Name: message` or `NameError: message`, as the last line of a traceback says it
 EXCEPTION_LINE = re.compile(r"^\s*(?:(?:[a-z_]\w*\.)+([A-Z]\w*)|(\w*(?:Error|Exception|Interrupt)))"
                             r": ?(.*)$")
@@ -132,7 +134,7 @@ def _run(converter, log: logging.Logger) -> str:
 def main(argv: list[str]) -> int:
     slot, flags = argv[0], argv[1:]
     # The slot's sandbox uid, for CappedExecute and JudgeGrades (judge/limits.slot)
-    os.environ["DISTLAB_SLOT"] = slot
+    os.environ[settings.SLOT] = slot
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever else prints goes to the log
 

@@ -10,7 +10,6 @@ another's.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from traitlets.config import Configurable
 
 from autograder import judge
 from autograder.judge import sandbox
+from distlab.source import settings
 from distlab.source.paths import GRADING
 
 
@@ -46,14 +46,14 @@ class GradingLimits(Configurable):
 
 
 def slot() -> int:
-    return int(os.environ.get("DISTLAB_SLOT", "0"))
+    return settings.slot()
 
 
 def install_kernel(limits: GradingLimits, slot_number: int) -> Path:
     """Write this slot's sandboxed kernelspec; return the folder of its `kernels/` (give it to
     a KernelSpecManager: nothing else in this process sees the kernel)."""
     folder = GRADING / "jupyter" / f"slot{slot_number}"
-    env = {**sandbox.default_env(), "DISTLAB_JUDGE": "1"}
+    env = {**sandbox.default_env(), settings.JUDGE: "1"}
     if sandbox.available():  # no network of its own: CappedExecute talks to it over IPC
         sandbox.kernelspec(folder, uid=sandbox.uid_for(slot_number),
                            limits=limits.sandbox_limits(), env=env, network=False)

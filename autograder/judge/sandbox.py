@@ -44,7 +44,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # (61184-65519) and inside the 0-65535 that user-namespaced containers usually map. Graders
 # that run on one machine at the same time (make test's lanes) each take their own range:
 # a uid's process limit, memory cgroup and kernel sockets belong to one sandbox at a time.
-FIRST_UID = int(os.environ.get("DISTLAB_SANDBOX_FIRST_UID", "60100"))
 LAST_UID = 61184  # the first uid of systemd's DynamicUser range: never a slot's
 CGROUP_PREFIX = "distlab-sandbox-uid"  # + uid: reused after a killed sandbox left it behind
 MEMORY_V1 = "/sys/fs/cgroup/memory"  # where cgroup v1 mounts the memory controller
@@ -66,11 +65,15 @@ class Limits:
 
 def uid_for(slot: int) -> int:
     """The uid of parallel grading slot `slot` (0, 1, ...): one uid per concurrent sandbox."""
-    if not 0 <= slot < LAST_UID - FIRST_UID:
+    # imported here: stage 2 runs this file as `python -I -S` (the standard library only)
+    from distlab.source import settings
+
+    first = settings.sandbox_first_uid()
+    if not 0 <= slot < LAST_UID - first:
         raise ValueError(f"no sandbox uid for slot {slot}: slots take uids from "
-                         f"DISTLAB_SANDBOX_FIRST_UID={FIRST_UID} up, below {LAST_UID} (systemd's "
+                         f"DISTLAB_SANDBOX_FIRST_UID={first} up, below {LAST_UID} (systemd's "
                          f"dynamic users); set DISTLAB_SANDBOX_FIRST_UID lower, e.g. 60100")
-    return FIRST_UID + slot
+    return first + slot
 
 
 @functools.cache

@@ -9,9 +9,10 @@ the others again.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 from pathlib import Path
+
+from distlab.source import settings
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS positions (
     snippet TEXT, position TEXT, misses INTEGER, last_right INTEGER,
@@ -19,10 +20,7 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS positions (
 
 
 def path() -> Path:
-    if os.environ.get("DISTLAB_DRILLS_DB"):
-        return Path(os.environ["DISTLAB_DRILLS_DB"])
-    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data) / "distlab" / "drills.sqlite"
+    return settings.drills_db()
 
 
 @contextlib.contextmanager

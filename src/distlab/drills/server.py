@@ -16,11 +16,11 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from distlab.drills.positions import digest
+from distlab.source import settings
 from distlab.source.paths import solutions_dir
 
 IDLE_S = 900.0  # the server exits after this long without a request
@@ -29,15 +29,14 @@ REPLY_S = 300.0  # how long a client waits for a verdict
 
 
 def socket_path() -> Path:
-    folder = Path(os.environ.get("DISTLAB_DRILLS_RUN") or
-                  Path(tempfile.gettempdir()) / f"distlab-drills-{os.getuid()}")
+    folder = settings.drills_run_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
     return folder / f"checker-{digest(str(solutions_dir()))[:8]}.sock"
 
 
 def enabled() -> bool:
-    return os.environ.get("DISTLAB_DRILLS_SERVER", "1") != "0"
+    return settings.drills_server()
 
 
 def _send(request: dict, timeout: float) -> dict:

@@ -16,7 +16,7 @@ text follows is the hint; it stays as a comment, numbered so feedback can name t
 
 After the hint, `# ACCEPT` lists other correct answers and `# REJECT` hand-written wrong ones,
 each in backticks; on a line with several blanks a number says which (1 = leftmost). They are
-for the blank-strength check (autograder/strength.py) and never reach the learner:
+for the blank-strength check (autograder/strength/) and never reach the learner:
 
     dst = (r + k) % N  # BLANK k places to the right # ACCEPT `(k + r) % N` # REJECT `r + k`
     x = f(a) + g(b)    # BLANK `f(a)` `g(b)` both # ACCEPT 2 `g(b=b)` # REJECT 1 `f(b)`

@@ -4,21 +4,23 @@ grading folder, and the assignments that have a solved source.
 DISTLAB_SOLUTIONS_DIR points the whole course (release, references, grading, drills) at other
 solved sources: the pipeline tests grade a toy assignment this way, and a hub without the
 grading side ships only the open notebooks' sources. DISTLAB_GRADING_DIR moves nbgrader's data.
+Both are read in settings.py.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]  # the course: src/distlab/source/ is three below
-SOLUTIONS = Path(os.environ.get("DISTLAB_SOLUTIONS_DIR", ROOT / "solutions"))
-GRADING = Path(os.environ.get("DISTLAB_GRADING_DIR", ROOT / "grading"))
+from distlab.source import settings
+
+ROOT = settings.ROOT  # the course: the folder above solutions/
+SOLUTIONS = settings.solutions_dir()  # at import; solutions_dir(): now
+GRADING = settings.grading_dir()
 
 
 def solutions_dir() -> Path:
     """The solved sources as DISTLAB_SOLUTIONS_DIR says now (SOLUTIONS: at import)."""
-    return Path(os.environ.get("DISTLAB_SOLUTIONS_DIR", ROOT / "solutions"))
+    return settings.solutions_dir()
 
 
 def assignment_ids(solutions: Path = SOLUTIONS) -> list[str]:

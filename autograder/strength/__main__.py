@@ -1,0 +1,5 @@
+import sys
+
+from autograder.strength.cli import main
+
+sys.exit(main())
