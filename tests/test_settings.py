@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from distlab.source import settings
 
 ROOT = settings.ROOT
@@ -76,3 +78,9 @@ def test_settings_are_read_when_called_with_their_defaults(monkeypatch, tmp_path
     monkeypatch.setenv("DISTLAB_DB_URL", "postgresql://u@h/distlab")
     assert settings.exchange_dir() == tmp_path / "x"
     assert settings.gradebook_url() == "postgresql://u@h/distlab"
+
+
+def test_a_setting_that_is_not_a_number_names_itself(monkeypatch):
+    monkeypatch.setenv("DISTLAB_SLOT", "two")
+    with pytest.raises(ValueError, match="DISTLAB_SLOT='two' is not a whole number"):
+        settings.slot()

@@ -80,10 +80,21 @@ def judged() -> bool:
 def slot() -> int:
     """DISTLAB_SLOT (SLOT): the grading slot of this process (`make grade` runs several at
     once), which picks its sandbox uid. Default: 0."""
-    return int(os.environ.get(SLOT, "0"))
+    return _whole_number(SLOT, "0")
 
 
 def sandbox_first_uid() -> int:
     """DISTLAB_SANDBOX_FIRST_UID: the uid of the judge's sandbox in grading slot 0 (slot k: this
     + k, below 61184); two graders on one machine need ranges of their own. Default: 60100."""
-    return int(os.environ.get("DISTLAB_SANDBOX_FIRST_UID", "60100"))
+    return _whole_number("DISTLAB_SANDBOX_FIRST_UID", "60100")
+
+
+def _whole_number(name: str, default: str) -> int:
+    """The whole number environment variable `name` holds (`default` when unset), or an error
+    that names it."""
+    text = os.environ.get(name, default)
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a whole number: set it to one (default "
+                         f"{default}) or unset it") from None
