@@ -12,6 +12,7 @@ import contextlib
 import datetime
 import os
 import tempfile
+import types
 
 import numpy as np
 
@@ -103,6 +104,65 @@ def check_tensor(out, expected, where: str, rank: int | None = None, what: str =
     if not torch.allclose(out, expected, rtol=tol, atol=tol):
         raise AssertionError(f"{where}: {who}holds {fmt(out.tolist())}{named}, "
                              f"{expected_is} {fmt(expected.tolist())}")
+
+
+# ---------------------------------------------------------------- trusted helpers
+
+
+def with_trusted(fn, **names):
+    """fn (the learner's function or class), but seeing the trusted `names` (correct helpers)
+    in place of the notebook's globals of those names: a mistake in another exercise must not
+    cost points (or mislead the diagnosis) in the one that uses it.
+
+    Under the judge, `fn` stands for code in the sandbox: its `patched` ships the stand-ins
+    with each request (autograder/judge/shipping.py). A function becomes a copy of itself with
+    the names in its globals; a class, a subclass (so super() in it still works) whose methods
+    that name them are such copies. Anything else comes back as it is.
+    """
+    if hasattr(fn, "patched"):  # the judge's stand-in for a function or class in the sandbox
+        return fn.patched(**names)
+    if isinstance(fn, types.FunctionType):
+        return _function_with(fn, names)
+    if not isinstance(fn, type):
+        return fn
+    methods = {}
+    for key, member in vars(fn).items():
+        method = getattr(member, "__func__", member)
+        if isinstance(method, types.FunctionType) and set(names) & set(method.__code__.co_names):
+            new = _function_with(method, names)
+            methods[key] = type(member)(new) if member is not method else new
+    if not methods:
+        return fn
+    return type(fn)(fn.__name__, (fn,), {**methods, "__module__": fn.__module__,
+                                         "__qualname__": fn.__qualname__})
+
+
+@contextlib.contextmanager
+def trusted_globals(cls, **names):
+    """While inside, on a rank: the methods of the learner's class `cls` see these trusted
+    names as globals, in place (as the judge's runner does with `patched`), so that inherited
+    methods (a super().__init__ of another notebook class) and the notebook helpers they call
+    see them too; with_trusted's subclass reaches only cls's own methods."""
+    saved = []
+    for member in vars(cls).values():
+        globs = getattr(getattr(member, "__func__", member), "__globals__", None)
+        for name, value in names.items():
+            if globs is not None and name in globs and not any(
+                    g is globs and n == name for g, n, _ in saved):
+                saved.append((globs, name, globs[name]))
+                globs[name] = value
+    try:
+        yield
+    finally:
+        for globs, name, old in reversed(saved):
+            globs[name] = old
+
+
+def _function_with(fn: types.FunctionType, names: dict) -> types.FunctionType:
+    patched = types.FunctionType(fn.__code__, {**fn.__globals__, **names}, fn.__name__,
+                                 fn.__defaults__, fn.__closure__)
+    patched.__kwdefaults__, patched.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+    return patched
 
 
 # ---------------------------------------------------------------- real ranks

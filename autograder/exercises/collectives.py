@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import types
 
 import numpy as np
 
@@ -34,6 +33,7 @@ from autograder.exercises.checks import (
     rank_failure,
     recording,
     short_group,
+    with_trusted,
 )
 
 
@@ -41,20 +41,6 @@ def _oracle_bounds(length: int, n: int) -> list[tuple[int, int]]:
     sizes = [len(part) for part in np.array_split(np.arange(length), n)]
     ends = np.cumsum([0] + sizes)
     return [(int(ends[j]), int(ends[j + 1])) for j in range(n)]
-
-
-def _with_oracle_bounds(fn):
-    """fn, but calling a correct `chunk_bounds`: a mistake in the chunk_bounds exercise must not
-    cost points (or mislead the diagnosis) in the exercises that use it."""
-    if hasattr(fn, "patched"):  # the judge's stand-in for a function in the sandbox
-        return fn.patched(chunk_bounds=_oracle_bounds)
-    globs = getattr(fn, "__globals__", None)
-    if not isinstance(fn, types.FunctionType) or globs is None or "chunk_bounds" not in globs:
-        return fn
-    patched = types.FunctionType(fn.__code__, {**globs, "chunk_bounds": _oracle_bounds},
-                                 fn.__name__, fn.__defaults__, fn.__closure__)
-    patched.__kwdefaults__ = fn.__kwdefaults__
-    return patched
 
 
 # ---------------------------------------------------------------- simulated collectives
@@ -174,7 +160,7 @@ def _reduction_cases(rng):
 
 @exercise
 def ring_allreduce_uneven(fn, rng):
-    fn = _with_oracle_bounds(fn)
+    fn = with_trusted(fn, chunk_bounds=_oracle_bounds)
     for n, length, op, grads, total in _reduction_cases(rng):
         short = " (shorter than world_size)" if length < n else ""
         case = _case(n, op, length=f"{length}{short}")
@@ -200,7 +186,7 @@ def ring_allgather(fn, rng):
 
 @exercise
 def ring_reduce_scatter(fn, rng):
-    fn = _with_oracle_bounds(fn)
+    fn = with_trusted(fn, chunk_bounds=_oracle_bounds)
     for n, length, op, vectors, total in _reduction_cases(rng):
         case = _case(n, op, length=length)
         out = fn(copy.deepcopy(vectors), op=op)
@@ -335,21 +321,19 @@ class _WatchedRequest:
 def _watching_isends():
     """dist.isend (as `dist.isend` or through `distributed_c10d`) hands out watched requests.
     Yields the list of them."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
+    from distlab.intercept import intercepting
 
-    requests, real = [], c10d.isend
+    requests = []
 
-    def isend(*args, **kwargs):
-        request = _WatchedRequest(real(*args, **kwargs))
-        requests.append(request)
-        return request
+    def watched(_name, real):
+        def isend(*args, **kwargs):
+            request = _WatchedRequest(real(*args, **kwargs))
+            requests.append(request)
+            return request
+        return isend
 
-    dist.isend = c10d.isend = isend
-    try:
+    with intercepting(["isend"], watched, also_c10d=True):
         yield requests
-    finally:
-        dist.isend = c10d.isend = real
 
 
 def _p2p_harness(rank, world_size, fn, cases):

@@ -10,12 +10,10 @@ the oracle in its place, so one wrong exercise does not cost points in the next.
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 
 from autograder.exercises import exercise
-from autograder.exercises.checks import check_close
+from autograder.exercises.checks import check_close, with_trusted
 
 # ---------------------------------------------------------------- oracles
 
@@ -87,18 +85,6 @@ def _layouts(model, cluster):
 
 def _iteration_time(costs):
     return sum(costs[part] for part in ("compute", "bubble", "dp", "tp", "pp"))
-
-
-def _with(fn, **names):
-    """fn, but calling the oracles `names` in place of the notebook's functions."""
-    if hasattr(fn, "patched"):  # the judge's stand-in for a function in the sandbox
-        return fn.patched(**names)
-    if not isinstance(fn, types.FunctionType):
-        return fn
-    patched = types.FunctionType(fn.__code__, {**fn.__globals__, **names}, fn.__name__,
-                                 fn.__defaults__, fn.__closure__)
-    patched.__kwdefaults__ = fn.__kwdefaults__
-    return patched
 
 
 # ---------------------------------------------------------------- random parameters
@@ -270,7 +256,7 @@ def _hierarchical(nbytes, nodes, gpus, intra, inter):
 
 
 def _check_topology(fn, oracle, rng, name):
-    fn = _with(fn, allreduce_time_ring=_ring)
+    fn = with_trusted(fn, allreduce_time_ring=_ring)
     for nodes, gpus in _topologies(rng):
         intra, inter = _links(rng)
         nbytes = _log(rng, 0, 10)
@@ -316,7 +302,7 @@ def _describe(model, cluster) -> str:
 
 @exercise
 def iteration_costs(fn, rng):
-    fn = _with(fn, allreduce_time_ring=_ring, group_link=_group_link)
+    fn = with_trusted(fn, allreduce_time_ring=_ring, group_link=_group_link)
     for micro_batch in (1, 4, None, None):  # not all 2: that is also the bytes per value
         model, cluster = _model_and_cluster(rng, micro_batch)
         for dp, tp, pp in _layouts(model, cluster):
@@ -361,7 +347,7 @@ def _race(rng):
 
 @exercise
 def cheapest_layout(fn, rng):
-    fn = _with(fn, iteration_costs=_costs, layouts=_layouts, iteration_time=_iteration_time)
+    fn = with_trusted(fn, iteration_costs=_costs, layouts=_layouts, iteration_time=_iteration_time)
     for model, cluster, expected, kind in _race(rng):
         where = (f"cheapest_layout({_describe(model, cluster)}, "
                  f"{cluster['memory']:.4g} bytes per GPU) ({kind})")

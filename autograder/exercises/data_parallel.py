@@ -33,6 +33,7 @@ from autograder.exercises.checks import (
     on_ranks,
     rank_failure,
     recording,
+    trusted_globals,
 )
 
 RANKS = 4  # processes per test; a case of world size m uses the first m
@@ -181,23 +182,6 @@ def _oracle_broadcast(module) -> None:
             dist.broadcast(tensor, src=0)
 
 
-@contextlib.contextmanager
-def _trusted(cls, **names):
-    """While inside: the methods of `cls` see these names (trusted functions) as globals."""
-    saved = []
-    for member in vars(cls).values():
-        globs = getattr(getattr(member, "__func__", member), "__globals__", None)
-        for name, value in names.items():
-            if globs is not None and name in globs and not any(
-                    g is globs and n == name for g, n, _ in saved):
-                saved.append((globs, name, globs[name]))
-                globs[name] = value
-    try:
-        yield
-    finally:
-        for globs, name, old in reversed(saved):
-            globs[name] = old
-
 
 # ---------------------------------------------------------------- cases on 4 processes
 
@@ -328,7 +312,7 @@ def _wrapper_case(rank, m, cls, case):
     model = _net(case["spec"], case["spec"]["seed"] + rank)  # apart: the class must broadcast
     extra = () if case["bucket_mb"] is None else (case["bucket_mb"],)
     steps = []
-    with _trusted(cls, broadcast_parameters=_oracle_broadcast), \
+    with trusted_globals(cls, broadcast_parameters=_oracle_broadcast), \
             watch_all_reduce(defer=True) as log:  # results land only at wait()
         ddp = cls(model, *extra)
         if getattr(ddp, "module", None) is not model:
@@ -390,22 +374,23 @@ def _ddp_train_case(rank, m, fn, case, index):
     import torch.distributed as dist
     from torch.utils.data import TensorDataset
 
-    real = dist.init_process_group
+    from distlab.intercept import intercepting
 
-    def init_process_group(backend=None, *args, **kwargs):
-        kwargs.pop("store", None)
-        kwargs.update(init_method=f"file://{_store_path(index)}",
-                      timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
-        real(backend, **kwargs)
-        _GROUPS.append(dist.group.WORLD)
+    def on_the_case_store(_name, real):
+        def init_process_group(backend=None, *args, **kwargs):
+            kwargs.pop("store", None)
+            kwargs.update(init_method=f"file://{_store_path(index)}",
+                          timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
+            real(backend, **kwargs)
+            _GROUPS.append(dist.group.WORLD)
+        return init_process_group
 
     model = _net(case["spec"], case["spec"]["seed"])
-    dist.init_process_group = init_process_group
     try:
-        fn(rank, m, model, TensorDataset(case["x"], case["y"]), epochs=case["epochs"],
-           batch_size=case["batch_size"], lr=case["lr"])
+        with intercepting(["init_process_group"], on_the_case_store):
+            fn(rank, m, model, TensorDataset(case["x"], case["y"]), epochs=case["epochs"],
+               batch_size=case["batch_size"], lr=case["lr"])
     finally:
-        dist.init_process_group = real
         if dist.is_initialized():
             dist.destroy_process_group()
     return [p.detach().clone() for p in model.parameters()]

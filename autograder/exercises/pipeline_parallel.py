@@ -24,6 +24,7 @@ from autograder.exercises.checks import (
     rank_failure,
     recording,
     short_group,
+    with_trusted,
 )
 
 TABLE_COSTS = {"F": 1, "B": 1, "W": 0}  # the GPipe table's steps
@@ -235,25 +236,9 @@ def interleaved_order(fn, rng):
                                per="rank", num_stages=S * v, num_microbatches=M)
 
 
-def _with_oracle_one_f_one_b(fn):
-    """fn, but calling a correct one_f_one_b_order: a mistake in that exercise must not cost
-    points (or mislead the diagnosis) here."""
-    import types
-
-    if hasattr(fn, "patched"):  # the judge's stand-in for a function in the sandbox
-        return fn.patched(one_f_one_b_order=_one_f_one_b)
-    globs = getattr(fn, "__globals__", None)
-    if not isinstance(fn, types.FunctionType) or globs is None:
-        return fn
-    patched = types.FunctionType(fn.__code__, {**globs, "one_f_one_b_order": _one_f_one_b},
-                                 fn.__name__, fn.__defaults__, fn.__closure__)
-    patched.__kwdefaults__ = fn.__kwdefaults__
-    return patched
-
-
 @exercise
 def zb_h1_order(fn, rng):
-    fn = _with_oracle_one_f_one_b(fn)
+    fn = with_trusted(fn, one_f_one_b_order=_one_f_one_b)
     for S, M in [(4, 8), (4, 6), (1, 1), (1, 4), (4, 1), (3, 2), (8, 16)] + _sizes(rng, 12):
         where = f"S={S}, M={M}"
         order = _order(fn(S, M), S, where)
@@ -507,10 +492,7 @@ def _recording_steps(fn, steps: list):
 
     names = {name: recording(globs[name]) for name in ("ScheduleGPipe", "Schedule1F1B")
              if isinstance(globs.get(name), type)}
-    patched = types.FunctionType(fn.__code__, {**globs, **names}, fn.__name__,
-                                 fn.__defaults__, fn.__closure__)
-    patched.__kwdefaults__ = fn.__kwdefaults__
-    return patched
+    return with_trusted(fn, **names)
 
 
 def _pipelining_harness(rank, world_size, fn, cases):

@@ -19,8 +19,6 @@ its own points only.
 
 from __future__ import annotations
 
-import types
-
 from autograder.exercises import exercise
 from autograder.exercises.checks import case as _case
 from autograder.exercises.checks import (
@@ -31,6 +29,7 @@ from autograder.exercises.checks import (
     rank_failure,
     recording,
     short_group,
+    with_trusted,
 )
 
 WORLD_SIZES = (1, 2, 4)
@@ -419,19 +418,6 @@ def _oracle_megatron_f_g():
     return f, g
 
 
-def _with_oracle_f_g(fn):
-    """fn, calling a correct megatron_f_g."""
-    if hasattr(fn, "patched"):  # the judge's stand-in for a function in the sandbox
-        return fn.patched(megatron_f_g=_oracle_megatron_f_g)
-    globs = getattr(fn, "__globals__", None)
-    if not isinstance(fn, types.FunctionType) or globs is None:
-        return fn
-    patched = types.FunctionType(fn.__code__, {**globs, "megatron_f_g": _oracle_megatron_f_g},
-                                 fn.__name__, fn.__defaults__, fn.__closure__)
-    patched.__kwdefaults__ = fn.__kwdefaults__
-    return patched
-
-
 def _check_pair(where, outcomes, expected, budgets, names):
     """outcomes[rank]["value"] = [first(x), its dx, second(x), its dx], "rec" the four
     recordings (forward, backward of each); expected[rank] the same four tensors (with what
@@ -522,7 +508,7 @@ def tp_mlp(fn, rng):
     from distlab import require_filled
 
     require_filled(fn)
-    fn = _with_oracle_f_g(fn)
+    fn = with_trusted(fn, megatron_f_g=_oracle_megatron_f_g)
     for n in WORLD_SIZES:
         cases, specs = [], []
         for index, dtype in enumerate(_dtypes()):
@@ -574,7 +560,7 @@ def tp_attention(fn, rng):
     from distlab import require_filled
 
     require_filled(fn)
-    fn = _with_oracle_f_g(fn)
+    fn = with_trusted(fn, megatron_f_g=_oracle_megatron_f_g)
     for n in WORLD_SIZES:
         cases, specs = [], []
         for dtype in _dtypes():

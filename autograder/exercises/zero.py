@@ -12,7 +12,6 @@ FlatShard) gets a correct one instead, so one mistake costs points in one exerci
 from __future__ import annotations
 
 import math
-import types
 
 from autograder.exercises import exercise, zero_lm
 from autograder.exercises.checks import (
@@ -27,6 +26,7 @@ from autograder.exercises.checks import (
     rank_failure,
     recording,
     short_group,
+    with_trusted,
 )
 from autograder.exercises.zero_lm import lm_harness
 
@@ -136,27 +136,6 @@ def _widths(rng, layers):
     return tuple(int(w) for w in rng.integers(1, 10, size=layers + 1))
 
 
-def _with_oracle(cls, **names):
-    """cls, its methods seeing trusted `names` (assign_params, FlatShard) instead of the
-    notebook's: a subclass, so that super() in them still works."""
-    if hasattr(cls, "patched"):  # the judge's stand-in for a class in the sandbox
-        return cls.patched(**names)
-    if not isinstance(cls, type):
-        return cls
-    methods = {}
-    for key, member in vars(cls).items():
-        fn = getattr(member, "__func__", member)
-        if isinstance(fn, types.FunctionType) and set(names) & set(fn.__code__.co_names):
-            new = types.FunctionType(fn.__code__, {**fn.__globals__, **names}, fn.__name__,
-                                     fn.__defaults__, fn.__closure__)
-            new.__kwdefaults__, new.__qualname__ = fn.__kwdefaults__, fn.__qualname__
-            methods[key] = type(member)(new) if member is not fn else new
-    if not methods:
-        return cls
-    return type(cls)(cls.__name__, (cls,), {**methods, "__module__": cls.__module__,
-                                            "__qualname__": cls.__qualname__})
-
-
 def _on_ranks_each(harness, fn, n, cases):
     """harness on n ranks; per case, every rank's entry ("ok", value) or (kind, text)."""
     results = on_ranks(harness, fn, n, cases)
@@ -252,7 +231,7 @@ def ShardedOptimizer(cls, rng):  # noqa: N802 - the exercise is named after the 
     from distlab import require_filled
 
     require_filled(cls)
-    cls = _with_oracle(cls, assign_params=_oracle_assign)
+    cls = with_trusted(cls, assign_params=_oracle_assign)
     for n in WORLD_SIZES:
         cases = [((2, 9, 3), "AdamW", 3, 0.02, int(rng.integers(1000)))]
         cases += [(_widths(rng, int(rng.integers(2, 4))), name, 3, float(rng.uniform(0.01, 0.1)),
@@ -468,7 +447,7 @@ def Zero2Optimizer(cls, rng):  # noqa: N802 - the exercise is named after the le
     from distlab import require_filled
 
     require_filled(cls)
-    cls = _with_oracle(cls, FlatShard=_FlatShard)
+    cls = with_trusted(cls, FlatShard=_FlatShard)
     for n in WORLD_SIZES:
         cases = [(_widths(rng, int(rng.integers(1, 4))), name, 3, int(rng.integers(1000)))
                  for name in ("AdamW", "SGD")]

@@ -37,6 +37,7 @@ import torch._dynamo  # noqa: F401 - every torch.optim optimizer imports it: ~0.
 import torch.distributed as dist
 
 from distlab import launch
+from distlab.intercept import intercepting
 
 P2P_OPS = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
 PEER_NAMES = ("src", "dst", "group_src", "group_dst")
@@ -233,8 +234,6 @@ def to_cpu(value):
 @contextlib.contextmanager
 def trace_p2p(ops: list):
     """Record every send/recv/isend/irecv fn makes, as (op, peer, bytes), for trace=True only."""
-    real = {name: getattr(dist, name) for name in P2P_OPS}
-
     def traced(name, fn):
         @functools.wraps(fn)
         def wrapper(tensor, *args, **kwargs):
@@ -245,13 +244,8 @@ def trace_p2p(ops: list):
 
         return wrapper
 
-    for name, fn in real.items():
-        setattr(dist, name, traced(name, fn))
-    try:
+    with intercepting(P2P_OPS, traced):
         yield
-    finally:
-        for name, fn in real.items():
-            setattr(dist, name, fn)
 
 
 if __name__ == "__main__":

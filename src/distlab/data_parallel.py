@@ -27,6 +27,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from distlab.intercept import intercepting
+
 
 def mlp(sizes=(784, 256, 10), seed: int = 0) -> nn.Sequential:
     """Linear layers with ReLU between them (default: 784-256-10), seeded."""
@@ -148,29 +150,27 @@ class _Deferred:
 def watch_all_reduce(defer: bool = False):
     """Within the block, every dist.all_reduce on this rank is logged (yields an AllReduceLog).
     defer=True: an async one's result lands in its tensor only when its work is waited for."""
-    real = dist.all_reduce
     log = AllReduceLog()
 
-    def all_reduce(tensor, *args, **kwargs):
-        async_op = kwargs.get("async_op", args[2] if len(args) > 2 else False)
-        call = {"numel": tensor.numel(), "bytes": tensor.numel() * tensor.element_size(),
-                "async": bool(async_op), "start": time.perf_counter(), "end": None,
-                "waited": None}
-        log.calls.append(call)
-        if not async_op:
-            out = real(tensor, *args, **kwargs)
-            call["end"] = time.perf_counter()
-            return out
-        result = tensor.detach().clone() if defer else tensor
-        work = real(result, *args, **kwargs)
-        work.get_future().then(lambda _: call.__setitem__("end", time.perf_counter()))
-        return _Deferred(work, result, tensor, call) if defer else work
+    def watched(_name, real):
+        def all_reduce(tensor, *args, **kwargs):
+            async_op = kwargs.get("async_op", args[2] if len(args) > 2 else False)
+            call = {"numel": tensor.numel(), "bytes": tensor.numel() * tensor.element_size(),
+                    "async": bool(async_op), "start": time.perf_counter(), "end": None,
+                    "waited": None}
+            log.calls.append(call)
+            if not async_op:
+                out = real(tensor, *args, **kwargs)
+                call["end"] = time.perf_counter()
+                return out
+            result = tensor.detach().clone() if defer else tensor
+            work = real(result, *args, **kwargs)
+            work.get_future().then(lambda _: call.__setitem__("end", time.perf_counter()))
+            return _Deferred(work, result, tensor, call) if defer else work
+        return all_reduce
 
-    dist.all_reduce = all_reduce
-    try:
+    with intercepting(["all_reduce"], watched):
         yield log
-    finally:
-        dist.all_reduce = real
 
 
 def count_bucket_all_reduces(ddp_model) -> list[int]:

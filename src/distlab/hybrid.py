@@ -18,6 +18,8 @@ import inspect
 
 import numpy as np
 
+from distlab.intercept import intercepting
+
 DIMS = ("pp", "dp", "tp")
 _COUNTED = {"all_reduce": "tensor", "send": "tensor", "recv": "tensor", "broadcast": "tensor"}
 
@@ -91,7 +93,6 @@ def count_by_group(names: dict):
     import torch.distributed as dist
 
     counter = GroupCalls({name: tuple(ranks) for name, ranks in names.items()})
-    originals = {name: getattr(dist, name) for name in _COUNTED}
 
     def counting(name, real):
         signature = inspect.signature(real)
@@ -109,13 +110,8 @@ def count_by_group(names: dict):
             return real(*args, **kwargs)
         return call
 
-    for name, real in originals.items():
-        setattr(dist, name, counting(name, real))
-    try:
+    with intercepting(_COUNTED, counting):
         yield counter
-    finally:
-        for name, real in originals.items():
-            setattr(dist, name, real)
 
 
 def _pair_group(names: dict, pair: tuple) -> tuple:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from distlab.intercept import intercepting
+
 # matplotlib is imported by the pictures only: the ranks import this module for
 # count_collectives, and a fresh set of ranks would pay seconds for matplotlib each time.
 
@@ -73,7 +75,6 @@ def count_collectives():
     Yields the list that fills up with a `Call` per collective. Use it on a rank (inside the
     function that `run` calls), where the process group exists."""
     calls: list[Call] = []
-    originals = {name: getattr(dist, name) for name in RING_FACTOR}
 
     def wrap(name, original):
         signature = inspect.signature(original)
@@ -89,13 +90,8 @@ def count_collectives():
         counted.__name__ = counted.__qualname__ = name
         return counted
 
-    for name, original in originals.items():
-        setattr(dist, name, wrap(name, original))
-    try:
+    with intercepting(RING_FACTOR, wrap):
         yield calls
-    finally:
-        for name, original in originals.items():
-            setattr(dist, name, original)
 
 
 def format_calls(calls: list[Call]) -> str:

@@ -27,6 +27,8 @@ import weakref
 
 import numpy as np
 
+from distlab.intercept import intercepting
+
 PARTS = ("params", "grads", "optimizer")
 COLOURS = {"params": "tab:blue", "grads": "tab:orange", "optimizer": "tab:green"}
 # the collectives counted, and which of their arguments holds the whole message
@@ -70,10 +72,8 @@ def count_collectives():
     """On a rank: count every call of the collectives in `_FULL_ARGUMENT` (made through the
     `torch.distributed` module) until the block ends."""
     import torch
-    import torch.distributed as dist
 
     counter = CollectiveCounter()
-    originals = {name: getattr(dist, name) for name in _FULL_ARGUMENT}
 
     def counting(name, real):
         signature = inspect.signature(real)
@@ -93,13 +93,8 @@ def count_collectives():
             return out
         return call
 
-    for name, real in originals.items():
-        setattr(dist, name, counting(name, real))
-    try:
+    with intercepting(_FULL_ARGUMENT, counting):
         yield counter
-    finally:
-        for name, real in originals.items():
-            setattr(dist, name, real)
 
 
 def tensor_bytes(tensors) -> int:
