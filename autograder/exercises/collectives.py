@@ -250,27 +250,18 @@ def _counting(names: tuple[str, ...]):
     """Count calls of torch.distributed's `names` on this rank (as `dist.x` or through
     `distributed_c10d`); the wrapped functions still do their work. Yields the list of the
     names called, in order."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
+    from distlab.intercept import intercepting
 
-    calls, saved = [], []
-    for module in (dist, c10d):
-        for name in names:
-            real = getattr(module, name, None)
-            if real is None:
-                continue
-            saved.append((module, name, real))
+    calls = []
 
-            def counted(*args, _name=name, _real=real, **kwargs):
-                calls.append(_name)
-                return _real(*args, **kwargs)
+    def counting(name, real):
+        def counted(*args, **kwargs):
+            calls.append(name)
+            return real(*args, **kwargs)
+        return counted
 
-            setattr(module, name, counted)
-    try:
+    with intercepting(names, counting, also_c10d=True):
         yield calls
-    finally:
-        for module, name, real in saved:
-            setattr(module, name, real)
 
 
 def _hello_harness(rank, world_size, fn):
