@@ -11,7 +11,10 @@ drills do not cover, and everything where a verdict is stale or counted other mu
 
 from __future__ import annotations
 
+import bisect
+import functools
 import inspect
+import itertools
 
 from distlab.drills import positions, snippets
 from distlab.drills.positions import _code_of
@@ -32,17 +35,23 @@ def settled(function: str, line: str, column: int, answer: str, generated: int) 
     entry = positions.stored()["snippets"].get(function)
     if snippet is None or entry is None or entry.get("test") != test_digest(function):
         return False
-    code = _code_of(line)
-    rows = snippet.source.split("\n")
-    starts = [0]
-    for row in rows:
-        starts.append(starts[-1] + len(row) + 1)
-    found = positions.candidates(snippet.source)
-    matches = []
-    for position, place in zip(found, positions.places(snippet.source, found), strict=True):
-        row = next(r for r in range(len(rows)) if starts[r] <= position.start < starts[r + 1])
-        if (position.text == answer and position.start - starts[row] == column
-                and _code_of(rows[row]) == code):
-            matches.append(entry["positions"].get(place))
+    spot = (_code_of(line), column, answer)
+    matches = [entry["positions"].get(place)
+               for place in _places_by_spot(snippet.source).get(spot, [])]
     return bool(matches) and all(positions.seen_by_test(v) and v[0] == generated
                                  for v in matches)
+
+
+@functools.cache
+def _places_by_spot(source: str) -> dict[tuple[str, int, str], list[str]]:
+    """A snippet's candidate positions by (their line's code, column, text) -> their places:
+    one pass per snippet, however many of its blanks the strength check asks about."""
+    lines = source.split("\n")
+    starts = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))
+    found = positions.candidates(source)
+    spots: dict[tuple[str, int, str], list[str]] = {}
+    for position, place in zip(found, positions.places(source, found), strict=True):
+        row = bisect.bisect_right(starts, position.start) - 1
+        spot = (_code_of(lines[row]), position.start - starts[row], position.text)
+        spots.setdefault(spot, []).append(place)
+    return spots
