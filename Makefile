@@ -38,8 +38,8 @@ LANES ?= -n 3
 
 # Everything, as CI runs it: unit tests, the slow system tests under tests/system/ (real
 # grading batches, Lab servers, the browser when a chromium is installed) and the
-# blank-strength check on every notebook (one wrong answer of each kind per blank must fail
-# its test; test-all: every one).
+# blank-strength check on every notebook (one generated wrong answer per blank and every
+# hand-written one must fail its test; test-all: every wrong answer of every kind).
 test: setup
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(LANES) --durations=20

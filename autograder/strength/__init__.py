@@ -2,7 +2,7 @@
 
     python -m autograder.strength                      # every assignment in solutions/
     python -m autograder.strength 01_collectives --jobs 2 [--seeds 3] [--verbose]
-    python -m autograder.strength --sample             # one mutant of each kind per blank
+    python -m autograder.strength --sample             # one generated mutant per blank
 
 For every blank of every solution cell, autograder.mutants makes wrong answers from the
 reference answer. Each one goes into its blank alone (the other blanks keep their answers), the
@@ -16,15 +16,15 @@ file:line; the exit status is 1 on any failure. The give-away check (autograder/
 can a blank be filled by copying text shown before it?) runs first, on the same notebooks,
 and fails the command too.
 
-`--sample` (what `make test` runs) keeps, of each blank's generated mutants, one of each kind
-(`other name`, `off by one`, ...: the one whose text hashes lowest, so the same one every run)
-and every ACCEPT and REJECT: about a quarter of the mutants, every way of being wrong that a
-blank has. Of those, a blank whose answer is a drill position (same function, line and column)
-that the drill verdicts saw every generated mutant of fail (src/distlab/drills/verdicts.json,
-kept current by tests/test_drills.py) counts its generated mutants as caught without running
-them again (autograder/drill_verdicts.py; about a third of the sample). The exhaustive check
-(no `--sample`: `make strength`, `make test-all`) runs every mutant, the other mutants of each
-kind too: another name, another attribute of the same kind.
+`--sample` (what `make test` runs) keeps, of each blank's generated mutants, one (the one whose
+text hashes lowest, so the same one every run) and every ACCEPT and REJECT: 259 of the course's
+3266 mutants now, every blank with a wrong answer of its own. Of those, a blank whose answer is
+a drill position (same function, line and column) that the drill verdicts saw every generated
+mutant of fail (src/distlab/drills/verdicts.json, kept current by tests/test_drills.py) counts
+its generated mutants as caught without running them again (autograder/drill_verdicts.py; 40 of
+the 259). The exhaustive check (no `--sample`: `make strength`, `make test-all`) runs every
+mutant: every kind of wrong answer (`other name`, `off by one`, `swapped operands`, ...) of
+every blank.
 
 Mutants run in worker processes forked from this one once the references, the hidden tests and
 torch are imported; each worker keeps its own rank launcher warm for the real-rank tests. A

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds per mutant (default: from its reference's time)")
     parser.add_argument("--sample", action="store_true",
-                        help="one mutant of each kind per blank, and every ACCEPT and REJECT")
+                        help="one generated mutant per blank, and every ACCEPT and REJECT")
     parser.add_argument("--verbose", "-v", action="store_true", help="every mutant's verdict")
     args = parser.parse_args(argv)
     started = time.monotonic()

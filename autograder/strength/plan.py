@@ -132,16 +132,11 @@ def namespace(assignment: str, solutions: Path = paths.SOLUTIONS) -> dict:
 
 
 def sampled(mutants: list[Mutant]) -> list[Mutant]:
-    """Every ACCEPT and REJECT, and one generated mutant of each kind (the lowest crc32 of its
-    text: stable across runs and machines), in their order."""
-    chosen: dict[str, Mutant] = {}
-    for mutant in mutants:
-        if mutant.kind not in ("ACCEPT", "REJECT"):
-            best = chosen.get(mutant.kind)
-            if best is None or zlib.crc32(mutant.text.encode()) < zlib.crc32(best.text.encode()):
-                chosen[mutant.kind] = mutant
-    keep = {id(m) for m in chosen.values()}
-    return [m for m in mutants if m.kind in ("ACCEPT", "REJECT") or id(m) in keep]
+    """Every ACCEPT and REJECT, and one generated mutant (the lowest crc32 of its text: stable
+    across runs and machines), in their order."""
+    generated = [m for m in mutants if m.kind not in ("ACCEPT", "REJECT")]
+    chosen = min(generated, key=lambda m: zlib.crc32(m.text.encode()), default=None)
+    return [m for m in mutants if m.kind in ("ACCEPT", "REJECT") or m is chosen]
 
 
 def plan(assignment: str, solutions: Path = paths.SOLUTIONS,

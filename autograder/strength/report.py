@@ -15,7 +15,7 @@ class Report:
     assignment: str
     cases: list[BlankCase]
     errors: list[str] = field(default_factory=list)  # e.g. a reference failing its own test
-    sampled: bool = False  # one generated mutant of each kind per blank
+    sampled: bool = False  # one generated mutant per blank
 
     def counts(self, cases: list[BlankCase] | None = None) -> dict:
         pairs = [(m, case.outcomes.get(m.text)) for case in (cases or self.cases)
@@ -46,7 +46,7 @@ class Report:
 
     def text(self, verbose: bool = False) -> str:
         c = self.counts()
-        mutants = "mutants (one of each kind per blank)" if self.sampled else "mutants"
+        mutants = "mutants (one generated per blank)" if self.sampled else "mutants"
         out = [f"{self.assignment}: {c['blanks']} blanks, {c['mutants']} {mutants}, "
                f"{c['caught']} caught ({c['by timeout']} by timeout, {c['settled']} by the drill "
                f"verdicts), {c['accepted']} accepted ({c['seconds']:.1f} s of mutant runs)"]

@@ -23,7 +23,7 @@ def check(ids: list[str] | None = None, jobs: int | None = None, seeds: int = 1,
           sample: bool = False) -> list[Report]:
     """The check on assignments `ids` (default: all), one Report each. `seeds`: students'
     seeds per hidden test; `timeout`: seconds per mutant (default: from its reference);
-    `sample`: one mutant of each kind per blank (see autograder.strength's docstring)."""
+    `sample`: one generated mutant per blank (see autograder.strength's docstring)."""
     import torch  # noqa: F401 - imported here, once, before the workers fork
 
     import autograder.grade_cell  # noqa: F401

@@ -10,7 +10,8 @@ Keys are blank numbers of the function (as its released cell numbers them), valu
 each. tests/test_shortcuts.py checks that each shortcut fails its hidden test with a message
 that names the broken idea and that grade() does not give it full marks; each honest answer
 passes. tests/system/test_grading.py grades, through `make grade`, each notebook with the
-first shortcut of every function applied (`submission`): each such function must lose points.
+first shortcut of every function applied (`submission`) but the one holding its wrong blank:
+each such function must lose points.
 """
 
 from __future__ import annotations
@@ -59,16 +60,17 @@ def first_of_each(assignment: str) -> dict[str, Shortcut]:
     return firsts
 
 
-def submission(assignment: str):
-    """The solved notebook with the first shortcut of every function in it."""
+def submission(assignment: str, skip: tuple[str, ...] = ()):
+    """The solved notebook with the first shortcut of every function in it but those in `skip`."""
     from notebook_testing import answered
 
     nb = solved.load(assignment)
+    firsts = {k: v for k, v in first_of_each(assignment).items() if k not in skip}
     for cell in nb.cells:
         if not cell.metadata.get("nbgrader", {}).get("solution"):
             continue
         for name in functions(cell.source):
-            if name in (firsts := first_of_each(assignment)):
+            if name in firsts:
                 cell.source = answered(cell.source, blank_source(cell.source)[1],
                                        firsts[name].answers, name)
     return nb

@@ -1,7 +1,14 @@
 """Does real grading give every notebook fair grades? One `make grade` batch grades, for each
 notebook, three students: the solved source (full marks), the untouched learner notebook (0,
-with the unfilled blanks named) and the solved source with one wrong blank (that blank's points
-lost, and named). One solved submission also goes through nbgrader's own CLI.
+with the unfilled blanks named) and "shortcuts": the solved source with one wrong blank in one
+function (that blank's point lost, and named) and the first shortcut of tests/shortcuts/ in
+every other function that has one (each loses points, and the feedback names the idea). One
+solved submission also goes through nbgrader's own CLI; 01 also gets a cheat and a corrupt file.
+
+(The wrong blank and the shortcuts share a student because each function is graded on its own:
+a student per idea would grade every notebook's solved code once more, a minute of CPU a
+notebook. The shortcut of the function that holds the wrong blank is checked by
+tests/test_shortcuts.py, through the same judge.)
 """
 
 import csv
@@ -33,7 +40,7 @@ WRONG = {
                 lambda answer: "(stage >= 2, stage >= 2, stage >= 1)"),
     "07_hybrid": ("train_2d", 2, lambda answer: "None"),
 }
-KINDS = ("solved", "untouched", "one_wrong")
+KINDS = ("solved", "untouched", "shortcuts")
 progress = [""]  # make grade's output
 CHEAT = "ring_allreduce"  # in 01, the cheat replaces its body with a numpy mean
 
@@ -54,10 +61,17 @@ def cheat(nb):
     return nb
 
 
-def one_wrong_blank(assignment):
-    """The solved notebook with one blank answered wrongly."""
+def shortcut_functions(assignment):
+    """{function: the shortcut the "shortcuts" student wrote in it}: all but the wrong blank's."""
+    return {function: shortcut for function, shortcut in shortcuts.first_of_each(assignment).items()
+            if function != WRONG[assignment][0]}
+
+
+def shortcuts_and_one_wrong_blank(assignment):
+    """The solved notebook with one blank answered wrongly and the first shortcut of every other
+    function."""
     function, number, wrong = WRONG[assignment]
-    nb = solved.load(assignment)
+    nb = shortcuts.submission(assignment, skip=(function,))
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == function:
             blank = blank_source(cell.source)[1][number - 1]
@@ -75,7 +89,7 @@ def submission(assignment, kind):
     if kind == "untouched":
         path = paths.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
         return nbformat.read(str(path), as_version=4)
-    return one_wrong_blank(assignment)
+    return shortcuts_and_one_wrong_blank(assignment)
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +111,6 @@ def graded(grading):
             folder = grading / "submitted" / kind / assignment
             folder.mkdir(parents=True)
             nbformat.write(submission(assignment, kind), folder / f"{assignment}.ipynb")
-    for assignment in WRONG:  # the shortcut suite's first shortcut of every function
-        if shortcuts.first_of_each(assignment):
-            folder = grading / "submitted" / "shortcuts" / assignment
-            folder.mkdir(parents=True)
-            nbformat.write(shortcuts.submission(assignment), folder / f"{assignment}.ipynb")
     folder = grading / "submitted" / "cheat" / "01_collectives"
     folder.mkdir(parents=True)
     nbformat.write(cheat(solved.load("01_collectives")), folder / "01_collectives.ipynb")
@@ -147,14 +156,17 @@ def test_untouched_notebook_gets_zero_and_feedback_lists_unfilled_blanks(graded,
 
 @pytest.mark.parametrize("assignment", IDS)
 def test_one_wrong_blank_costs_its_point_and_is_named(graded, assignment):
-    """Does one wrong blank cost that blank's point only, and does feedback name it?"""
+    """Does one wrong blank cost that blank's point only (its function's other blanks, and the
+    functions without a shortcut, keep full marks), and does feedback name it?"""
     rows, feedback = graded
     function, number, _ = WRONG[assignment]
-    row, solved = rows[assignment]["one_wrong"], rows[assignment]["solved"]
+    row, solved = rows[assignment]["shortcuts"], rows[assignment]["solved"]
     cell = f"{function}_tests"
-    assert float(row["score"]) == float(row["max_score"]) - 1
     assert float(row[cell]) == float(solved[cell]) - 1
-    assert f"looks wrong: [{number}]" in feedback[assignment]["one_wrong"]
+    untouched = [c for c in solved if c.endswith("_tests") and c != cell
+                 and c.removesuffix("_tests") not in shortcut_functions(assignment)]
+    assert all(float(row[c]) == float(solved[c]) for c in untouched), row
+    assert f"looks wrong: [{number}]" in feedback[assignment]["shortcuts"]
 
 
 @pytest.mark.parametrize("assignment", IDS)
@@ -221,8 +233,9 @@ def test_a_shortcut_loses_points_and_the_feedback_names_the_idea(graded, assignm
     """Does each function that holds a shortcut (tests/shortcuts/) earn less than full marks
     under make grade, while the functions graded beside it keep theirs, and does the feedback
     name the idea the shortcut skipped?"""
-    firsts = shortcuts.first_of_each(assignment)
-    assert firsts, f"{assignment} has no shortcut suite (tests/shortcuts/{assignment}.py)"
+    assert shortcuts.first_of_each(assignment), (
+        f"{assignment} has no shortcut suite (tests/shortcuts/{assignment}.py)")
+    firsts = shortcut_functions(assignment)
     rows, feedback = graded
     row, full = rows[assignment]["shortcuts"], rows[assignment]["solved"]
     for function, shortcut in firsts.items():
@@ -245,7 +258,7 @@ def test_the_class_report_counts_what_the_batch_planted(grading, graded):
     url = f"sqlite:///{folder / 'gradebook.db'}"
     rows = graded[0]
     for assignment, (function, number, wrong) in WRONG.items():
-        students = {"solved", "untouched", "one_wrong", "shortcuts"} | (
+        students = {"solved", "untouched", "shortcuts"} | (
             {"cheat"} if assignment == "01_collectives" else set())
         graded_class = collect.read_class(assignment, url, folder)
         verdicts = {s.student: s.verdicts for s in graded_class.submissions}
@@ -255,25 +268,22 @@ def test_the_class_report_counts_what_the_batch_planted(grading, graded):
         assert set(verdicts) >= students
         assert f"{assignment}: {len(verdicts)} graded" in result.stdout
         page = (folder / "reports" / f"{assignment}.html").read_text()
-        assert "one_wrong" not in page and re.search(r"student [0-9a-f]{6}", page)  # anonymous
+        assert re.search(r"student [0-9a-f]{6}", page)  # anonymous
+        assert not re.search(rf"student ({'|'.join(students)})\b", page)
         tallies = {(t.function, t.blank.number): t
                    for t in tally.blank_tallies(graded_class, collect.exercise_blanks(assignment))}
         for (fn, n), t in tallies.items():
-            shortcut = n in verdicts["shortcuts"][fn]["lost"]
+            by_shortcuts = n in verdicts["shortcuts"][fn]["lost"]  # a shortcut, or the wrong blank
             cheated = assignment == "01_collectives" and fn == CHEAT
-            planted = (fn, n) == (function, number)
+            assert by_shortcuts or (fn, n) != (function, number), t.label
             assert t.unfilled == 1, t.label  # the untouched notebook
-            assert t.lost == 1 + planted + shortcut + cheated, t.label
+            assert t.lost == 1 + by_shortcuts + cheated, t.label
         planted = tally.normalized(wrong(tallies[function, number].blank.answer))
-        firsts = shortcuts.first_of_each(assignment)
-        same = function in firsts and tally.normalized(
-            firsts[function].answers.get(number, "")) == planted  # the shortcut wrote it too
-        assert tallies[function, number].wrong[planted] == 1 + same
+        assert tallies[function, number].wrong[planted] == 1
         flags = {(f.student, f.function, f.kind)
                  for f in tally.flags(graded_class, lambda student: student)}
-        assert (("one_wrong", function, tally.FAILED_FILLED) in flags
-                and not any(f[0] in ("solved", "untouched") for f in flags)), flags
-        for shortcut in firsts:
+        assert not any(f[0] in ("solved", "untouched") for f in flags), flags
+        for shortcut in (function, *shortcut_functions(assignment)):
             assert ("shortcuts", shortcut, tally.FAILED_FILLED) in flags, (shortcut, flags)
         if assignment == "01_collectives":
             assert graded_class.not_graded == ["corrupt"]
