@@ -33,6 +33,7 @@ from autograder.exercises.zero_lm import lm_harness
 WORLD_SIZES = (1, 2, 4, 3)  # 3 last: the notebook's next check runs on 3 ranks
 OPTIMIZERS = {"AdamW": {"lr": 0.05, "weight_decay": 0.1}, "SGD": {"lr": 0.1, "momentum": 0.9}}
 STATE_PER_ELEMENT = {"AdamW": 2, "SGD": 1}  # exp_avg and exp_avg_sq; momentum_buffer
+SETTLE_S = 0.03  # a live-tensor count is taken again until it holds still this long
 
 
 # ---------------------------------------------------------------- the memory model
@@ -180,11 +181,20 @@ def _case_text(n, widths, name, steps):
 
 
 def _live(*exclude):
-    """Bytes of tensors alive on this rank (garbage collected first), but `exclude`'s."""
+    """Bytes of tensors alive on this rank (garbage collected first), but `exclude`'s. A gloo
+    collective returns before gloo's worker thread lets go of the tensors it was given, so the
+    count is taken until it has held still for SETTLE_S (sleeping: the thread gets the core)."""
     import gc
+    import time
 
     gc.collect()
-    return live_tensor_bytes(*exclude)
+    count, still_since = live_tensor_bytes(*exclude), time.monotonic()
+    while time.monotonic() - still_since < SETTLE_S:
+        time.sleep(SETTLE_S / 6)
+        again = live_tensor_bytes(*exclude)
+        if again != count:
+            count, still_since = again, time.monotonic()
+    return count
 
 
 def _kb(nbytes):
