@@ -18,9 +18,9 @@ are caught in a buffer and shipped back with its answer.
 from __future__ import annotations
 
 import contextlib
-import gc
 import ctypes
 import functools
+import gc
 import io
 import os
 import pickle
