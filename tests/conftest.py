@@ -31,12 +31,12 @@ if WORKER:
 
 # the long units, longest first (seconds in a lane of `make test`, in parentheses)
 LONGEST_FIRST = (
-    "system/test_grading.py",  # 870
-    "system/test_adversarial.py",  # 580
-    "system/test_blank_strength.py",  # 400 (sampled)
-    "system/test_adversarial_notebooks.py",  # 260
-    "system/test_browser.py",  # 210
-    "system/test_exchange.py",  # 150
+    "system/test_grading.py",  # 810
+    "system/test_adversarial.py",  # 730
+    "system/test_adversarial_notebooks.py",  # 410
+    "system/test_browser.py",  # 340
+    "system/test_exchange.py",  # 220
+    "system/test_blank_strength.py",  # 220 (sampled)
     "test_collectives.py",  # 70
     "test_shortcuts.py",  # 60
     "test_data_parallel.py",  # 60
