@@ -40,8 +40,10 @@ ROOT = paths.ROOT
 RELEASED = ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 JOBS = 2
 # Small limits, so that hazards end fast (the defaults are minutes).
-# (A cell's limit costs an honest student nothing: the judge, not the kernel, decides points.)
-LIMITS = {"cell_seconds": 10, "notebook_seconds": 120, "memory_bytes": 2 << 30,
+# A cell past its limit is interrupted, and where the kernel does not answer in time nbgrader
+# stops the notebook (not graded: 0); so the cell limit is twice the slowest honest cell seen
+# under a loaded make test: a solved 01 cell once took over 10 s there, and an honest kind got 0.
+LIMITS = {"cell_seconds": 20, "notebook_seconds": 120, "memory_bytes": 2 << 30,
           "call_seconds": 15, "function_seconds": 30}
 SUBMISSION_TIMEOUT = 300  # make grade's --timeout: a submission past it is stopped
 HONEST = [name for name, kind in KINDS.items() if kind.control]
