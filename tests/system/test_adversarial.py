@@ -255,7 +255,7 @@ def runs(tmp_path_factory, start_from_release):
         names = HONEST + [n for n in ADVERSARIES if KINDS[n].batch == batch]
         base = tmp_path_factory.mktemp(f"batch{batch}")
         (base / "grading").mkdir()
-        start_from_release(base / "grading", (ASSIGNMENT,))
+        start_from_release(base / "grading")
         batches[batch] = grade_batch(names, base)
     for batch, run in batches.items():
         print(run["result"].stdout)

@@ -3,11 +3,6 @@ which calls nbgrader's Python API inside the Jupyter server, where no command li
 "autograde") must grade in the sandbox with the judge, like make grade and the CLI.
 """
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import nbformat
 import pytest
 from lab_server import ROOT, LabServer, unavailable
@@ -31,14 +26,10 @@ def tampering_submission():
 
 
 @pytest.fixture(scope="module")
-def formgrader(tmp_path_factory):
+def formgrader(tmp_path_factory, start_from_release):
     grading = tmp_path_factory.mktemp("grading")
     env = {"DISTLAB_GRADING_DIR": str(grading)}
-    release = ("from autograder.batch import cli; "
-               f"cli.release_if_changed([{ASSIGNMENT!r}], cli.db_url())")
-    subprocess.run([sys.executable, "-c", release], cwd=ROOT, check=True, capture_output=True,
-                   env={**os.environ, **env,
-                        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    start_from_release(grading)
     folder = grading / "submitted" / "mallory" / ASSIGNMENT
     folder.mkdir(parents=True)
     nbformat.write(tampering_submission(), folder / f"{ASSIGNMENT}.ipynb")

@@ -38,9 +38,11 @@ while True:
 
 @kind(base=SOLVED, zero=("ring_allreduce_tests",))
 def loop_in_function(nb):
-    """Every blank of ring_allreduce loops forever before it gives the right answer. The judge's
-    calls time out, the wrong-blank search gives up within its budget: ring_allreduce scores 0."""
-    return hazard_in_every_blank(nb, "ring_allreduce", "while True:\n    pass")
+    """Where the judge runs it, every blank of ring_allreduce loops forever before it gives the
+    right answer. The judge's calls time out, the wrong-blank search gives up within its
+    budget: ring_allreduce scores 0. (In the kernel the blanks give the answer at once: a cell
+    that loops is loop_in_cell's, and would burn another cell limit of CPU here.)"""
+    return hazard_in_every_blank(nb, "ring_allreduce", f"{JUDGED}\n    while True:\n        pass")
 
 
 @kind(base=SOLVED)
