@@ -31,28 +31,29 @@ if WORKER:
 
 # the long units, longest first (seconds in a lane of `make test`, in parentheses)
 LONGEST_FIRST = (
-    "system/test_grading.py",  # 810
-    "system/test_adversarial.py",  # 730
-    "system/test_adversarial_notebooks.py",  # 410
-    "system/test_browser.py",  # 340
-    "system/test_exchange.py",  # 220
-    "system/test_blank_strength.py",  # 220 (sampled)
-    "test_collectives.py",  # 70
-    "test_shortcuts.py",  # 60
-    "test_data_parallel.py",  # 60
-    "system/test_batch_timeouts.py",  # 50
-    "judge/test_judge.py",  # 50
-    "test_pipeline_parallel.py",  # 50
-    "test_tensor_parallel.py",  # 50
-    "test_launch.py",  # 45
-    "test_zero.py",  # 40
-    "test_hybrid.py",  # 40
-    "system/test_formgrader.py",  # 35
+    "system/test_grading.py",  # 605
+    "system/test_adversarial.py",  # 570
+    "system/test_browser.py",  # 320
+    "system/test_adversarial_notebooks.py",  # 235
+    "system/test_blank_strength.py",  # 155 (sampled)
+    "system/test_exchange.py",  # 130
+    "test_shortcuts.py",  # 125
+    "test_tensor_parallel.py",  # 70
+    "test_data_parallel.py",  # 65
+    "test_collectives.py",  # 60
+    "test_pipeline_parallel.py",  # 55
+    "system/test_batch_timeouts.py",  # 55
+    "test_launch.py",  # 55
+    "test_hybrid.py",  # 45
+    "test_zero.py",  # 45
+    "system/test_lab.py",  # 45
+    "judge/test_judge.py",  # 40
+    "test_export.py",  # 40: three torchrun launches
     "test_release.py",  # 30
-    "test_export.py",  # 30: three torchrun launches
-    "system/test_lab.py",  # 30
-    "judge/test_sandbox.py",  # 20
-    "system/test_drills_browser.py",  # 20
+    "system/test_formgrader.py",  # 30
+    "judge/test_sandbox.py",  # 30
+    "system/test_drills_browser.py",  # 25
+    "test_drills.py",  # 20
     "test_cost_models.py",  # 20
 )
 
