@@ -60,17 +60,17 @@ def first_of_each(assignment: str) -> dict[str, Shortcut]:
     return firsts
 
 
-def submission(assignment: str, skip: tuple[str, ...] = ()):
-    """The solved notebook with the first shortcut of every function in it but those in `skip`."""
+def submission(assignment: str, chosen: dict[str, Shortcut]):
+    """The solved notebook with each shortcut of `chosen` ({function: shortcut}, e.g. a part of
+    first_of_each) written in its function."""
     from notebook_testing import answered
 
     nb = solved.load(assignment)
-    firsts = {k: v for k, v in first_of_each(assignment).items() if k not in skip}
     for cell in nb.cells:
         if not cell.metadata.get("nbgrader", {}).get("solution"):
             continue
         for name in functions(cell.source):
-            if name in firsts:
+            if name in chosen:
                 cell.source = answered(cell.source, blank_source(cell.source)[1],
-                                       firsts[name].answers, name)
+                                       chosen[name].answers, name)
     return nb

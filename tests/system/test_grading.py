@@ -71,7 +71,7 @@ def shortcuts_and_one_wrong_blank(assignment):
     """The solved notebook with one blank answered wrongly and the first shortcut of every other
     function."""
     function, number, wrong = WRONG[assignment]
-    nb = shortcuts.submission(assignment, skip=(function,))
+    nb = shortcuts.submission(assignment, shortcut_functions(assignment))
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == function:
             blank = blank_source(cell.source)[1][number - 1]
