@@ -169,9 +169,9 @@ def torchrun_main(exercises: list[Exercise], argv: list[str] | None = None) -> N
     ranks.say(f"{len(passed)} passed on {world_size} ranks"
               + (f"; skipped, as this world size does not fit them: {', '.join(refused)}"
                  if refused else ""))
-    # Leave without the interpreter's teardown: there a thread of torch's rendezvous store can
-    # still be running, and std::terminate aborts the rank after every check passed ("terminate
-    # called without an active exception": seen once on rank 0 in ~14 loaded test runs).
+    # Leave without the interpreter's teardown: once, after every check had passed, rank 0
+    # aborted there ("terminate called without an active exception", 1 of ~14 loaded test
+    # launches); likely a thread torch left running (rank 0 hosts the rendezvous store).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
