@@ -343,13 +343,16 @@ def test_files_outside_the_submission_are_unchanged(runs, batch):
 
 @pytest.mark.parametrize("name", ADVERSARIES)
 def test_no_points_it_did_not_earn(runs, course, name):
-    """Does the adversary score at most what its code honestly earns (0 on the cells its attack
-    targets, never above the maximum)?"""
+    """Does the adversary score what its code honestly earns: 0 on the cells its attack
+    targets, all the points of the functions it solved and left alone, never above the
+    maximum?"""
     kind = KINDS[name]
     row = run_of(runs, name)["rows"][name]
     zero = list(course["points"]) if kind.zero == ALL else list(kind.zero)
     for cell in zero:
         assert float(row[cell]) == 0, (cell, row)
+    for cell in kind.earns:
+        assert float(row[cell]) == course["points"][cell], (kind.doc, cell, row)
     cap = course["max"] - sum(course["points"][cell] for cell in zero)
     assert float(row["score"]) <= cap, (kind.doc, row)
     assert float(row["score"]) == sum(float(row[cell]) for cell in course["points"])

@@ -4,7 +4,11 @@ they did not earn, to change someone else's grade, or to stop or litter the grad
 Each kind is one builder: it takes the solved or the released notebook (nbformat) and returns
 the submission: a notebook, raw bytes for a file that is not one, or {file name: notebook or
 bytes} for a submission folder with more files in it. Its docstring says the attack and the
-outcome `make grade` must give. `KINDS` lists them all, in a stable order;
+outcome `make grade` must give: the cells that must score 0 (`zero`), those that must earn all
+their points (`earns`), or an exact score. A hazard that needs right code around it to show what
+it costs starts from the released notebook with a few functions solved (`solve`): the judge and
+the kernel then run those alone, not the whole solved notebook, and a function solved and left
+alone must keep its points whatever the hazard did. `KINDS` lists them all, in a stable order;
 tests/system/test_adversarial.py grades them in batches, next to honest students, and checks that
 each one gets no points it did not earn and leaves nothing behind.
 
@@ -32,6 +36,8 @@ class Kind:
     base: str  # SOLVED, RELEASED or NOTHING
     zero: tuple[str, ...] | str = ()  # graded cells that must score 0 (ALL: every one)
     exact: str | None = None  # the score it must get exactly: "max" or "max-1"
+    solve: tuple[str, ...] = ()  # RELEASED base: these functions' cells as solved
+    earns: tuple[str, ...] = ()  # graded cells that must earn all their points
     batch: int = 0  # which grading run it goes to
     control: bool = False  # an honest student, graded in every run next to the adversaries
 
@@ -44,21 +50,37 @@ class Kind:
         """The files to hand in ({name: bytes}): the builder applied to a copy of its base."""
         if self.base == NOTHING:
             out = self.build()
+        elif self.base == SOLVED:
+            out = self.build(copy.deepcopy(solved))
         else:
-            out = self.build(copy.deepcopy(solved if self.base == SOLVED else released))
+            out = self.build(with_solved(copy.deepcopy(released), solved, self.solve))
         plain = isinstance(out, dict) and not isinstance(out, nbformat.NotebookNode)
         files = out if plain else {notebook: out}
         return {name: data if isinstance(data, bytes) else nbformat.writes(data).encode()
                 for name, data in files.items()}
 
 
+def with_solved(released, solved, functions):
+    """The released notebook with the solution cells of `functions` as in the solved one."""
+    answers = {cell.metadata["nbgrader"]["grade_id"]: cell.source for cell in solved.cells
+               if cell.metadata.get("nbgrader", {}).get("solution")}
+    for cell in released.cells:
+        if (grade_id := cell.metadata.get("nbgrader", {}).get("grade_id")) in functions:
+            cell.source = answers[grade_id]
+    assert set(functions) <= set(answers), f"not solution cells: {set(functions) - set(answers)}"
+    return released
+
+
 KINDS: dict[str, Kind] = {}
 
 
-def kind(base: str, zero=(), exact=None, batch: int = 0, control: bool = False):
+def kind(base: str, zero=(), exact=None, solve=(), earns=(), batch: int = 0,
+         control: bool = False):
     """Register a builder as an adversarial (or honest) kind under its function name."""
     def register(build):
-        KINDS[build.__name__] = Kind(build.__name__, build, base, zero, exact, batch, control)
+        assert not solve or base == RELEASED, "solve: functions solved in the released notebook"
+        KINDS[build.__name__] = Kind(build.__name__, build, base, zero, exact, tuple(solve),
+                                     tuple(earns), batch, control)
         return build
     return register
 

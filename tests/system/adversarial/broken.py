@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 
-from adversarial import ALL, NOTHING, SOLVED, kind
+from adversarial import ALL, NOTHING, RELEASED, kind
 from adversarial.cells import replace_in
 
 
-@kind(base=SOLVED, zero=("ring_allreduce_tests",))
+@kind(base=RELEASED, solve=["ring_allreduce", "chunk_bounds"], zero=["ring_allreduce_tests"],
+      earns=["chunk_bounds_tests"])
 def syntax_error(nb):
-    """The solved notebook with a syntax error in ring_allreduce's cell. That cell and the
-    checks that use it fail; ring_allreduce scores 0, every other exercise its points."""
+    """ring_allreduce and chunk_bounds solved, with a syntax error in ring_allreduce's cell.
+    That cell and the checks that use it fail; ring_allreduce scores 0, chunk_bounds its
+    points."""
     header = 'def ring_allreduce(gpu_grads, op="mean", trace=False):'
     return replace_in(nb, "ring_allreduce", header, header.replace("):", ":"))
 

@@ -1,25 +1,32 @@
-"""Submissions that try to hang, crash, flood or escape the grading run. Most are the solved
-notebook plus one hazard, so they may earn up to what that code honestly earns; a hazard
-inside a graded function costs that function's points (the `zero` cells). A hazard meant to
-run where the judge runs a function sits in one of its blanks: code outside the blanks is
-graded as released, so it would never run there."""
+"""Submissions that try to hang, crash, flood or escape the grading run. Each is the released
+notebook with a few functions solved (chunk_bounds, a pure function, by default) plus one
+hazard. A hazard the grader survives leaves the solved functions their points (the `earns`
+cells); a hazard inside a graded function costs that function's points (the `zero` cells); one
+that stops the notebook costs everything (not graded: 0). A hazard meant to run where the judge
+runs a function sits in one of its blanks: code outside the blanks is graded as released, so it
+would never run there."""
 
 from __future__ import annotations
 
-from adversarial import SOLVED, kind
+import textwrap
+
+from adversarial import ALL, RELEASED, kind
 from adversarial.cells import JUDGED, add_after, fill_blanks, hazard, hazard_in_every_blank
+
+SOUND = "chunk_bounds"  # the function solved next to a hazard: it must keep its points
+SOUND_TESTS = f"{SOUND}_tests"
 
 # ---- time
 
 
-@kind(base=SOLVED)
+@kind(base=RELEASED, solve=[SOUND], earns=[SOUND_TESTS])
 def loop_in_cell(nb):
     """A cell that loops forever. The cell is interrupted at the cell limit; the rest of the
-    notebook runs and is judged: up to full marks."""
+    notebook runs and is judged: chunk_bounds earns its points."""
     return add_after(nb, "locked_00", "while True:\n    pass")
 
 
-@kind(base=SOLVED)
+@kind(base=RELEASED, solve=[SOUND], zero=ALL)
 def unstoppable_loop_in_cell(nb):
     """A cell that ignores interrupts (SIGINT ignored, KeyboardInterrupt swallowed) and loops
     forever. At the cell limit the interrupt does nothing, nbgrader stops the notebook: 0 and
@@ -36,19 +43,21 @@ while True:
 """)
 
 
-@kind(base=SOLVED, zero=("ring_allreduce_tests",))
+@kind(base=RELEASED, solve=["ring_allreduce", SOUND], zero=["ring_allreduce_tests"],
+      earns=[SOUND_TESTS])
 def loop_in_function(nb):
     """Where the judge runs it, every blank of ring_allreduce loops forever before it gives the
     right answer. The judge's calls time out, the wrong-blank search gives up within its
-    budget: ring_allreduce scores 0. (In the kernel the blanks give the answer at once: a cell
-    that loops is loop_in_cell's, and would burn another cell limit of CPU here.)"""
+    budget: ring_allreduce scores 0, chunk_bounds its points. (In the kernel the blanks give the
+    answer at once: a cell that loops is loop_in_cell's, and would burn another cell limit of
+    CPU here.)"""
     return hazard_in_every_blank(nb, "ring_allreduce", f"{JUDGED}\n    while True:\n        pass")
 
 
-@kind(base=SOLVED)
+@kind(base=RELEASED, solve=[SOUND], earns=[SOUND_TESTS])
 def deadlock_in_cell(nb):
     """A cell that starts 2 ranks that each wait for the other forever (run(..., timeout=None)).
-    The cell is interrupted at the cell limit: up to full marks."""
+    The cell is interrupted at the cell limit, the rest runs: chunk_bounds earns its points."""
     return add_after(nb, "locked_00", """
 def stuck(rank, world_size):
     dist.recv(torch.zeros(1), src=(rank + 1) % world_size)
@@ -57,12 +66,13 @@ run(stuck, world_size=2, timeout=None)
 """)
 
 
-@kind(base=SOLVED, zero=("ring_allreduce_p2p_tests",))
+@kind(base=RELEASED, solve=["ring_allreduce_p2p", SOUND], zero=["ring_allreduce_p2p_tests"],
+      earns=[SOUND_TESTS])
 def deadlock_in_function(nb):
     """ring_allreduce_p2p starts its send with the blocking `send` (blank [1]), so every rank
     waits in its send for a receive that never starts, and its other blanks first receive from
     the right neighbour, which never sends. The harness's timeouts stop it: ring_allreduce_p2p
-    scores 0."""
+    scores 0, chunk_bounds its points."""
     return hazard_in_every_blank(nb, "ring_allreduce_p2p", """
 import torch
 import torch.distributed as dist
@@ -80,7 +90,7 @@ while True:
 """
 
 
-@kind(base=SOLVED)
+@kind(base=RELEASED, solve=[SOUND], zero=ALL)
 def memory_hog_in_cell(nb):
     """A cell that allocates until the memory limit kills the kernel. nbgrader cannot finish a
     notebook whose kernel died: 0 and the not-graded page; the host and the other students'
@@ -88,11 +98,12 @@ def memory_hog_in_cell(nb):
     return add_after(nb, "locked_00", HOG)
 
 
-@kind(base=SOLVED, zero=("ring_allreduce_uneven_tests",))
+@kind(base=RELEASED, solve=["ring_allreduce_uneven", SOUND],
+      zero=["ring_allreduce_uneven_tests"], earns=[SOUND_TESTS])
 def memory_hog_in_function(nb):
     """Every blank of ring_allreduce_uneven allocates until it dies, but only where the judge
     runs it (the notebook's own checks pass). Its runner dies: ring_allreduce_uneven scores 0,
-    the rest their points."""
+    chunk_bounds its points."""
     return hazard_in_every_blank(nb, "ring_allreduce_uneven", JUDGED + "\n" + "\n".join(
         "    " + line for line in HOG.strip().split("\n")))
 
@@ -116,43 +127,52 @@ time.sleep(0.2)
 """
 
 
-@kind(base=SOLVED)
+@kind(base=RELEASED, solve=[SOUND], earns=[SOUND_TESTS])
 def orphans_in_cell(nb):
     """A cell that leaves a daemon behind: double fork + setsid + a listening socket + sleep,
-    and `sleep 10000` in a new session. Nothing may outlive the kernel: up to full marks."""
+    and `sleep 10000` in a new session. Nothing may outlive the kernel; chunk_bounds earns its
+    points."""
     return add_after(nb, "locked_00", DAEMON)
 
 
-@kind(base=SOLVED)
+@kind(base=RELEASED, solve=["tree_broadcast"], earns=["tree_broadcast_tests"])
 def orphans_in_function(nb):
-    """tree_broadcast leaves a daemon with a listening socket behind on every call (and is
-    otherwise right). Nothing may outlive the judge's runner: up to full marks."""
-    return fill_blanks(nb, "tree_broadcast", {1: hazard(DAEMON)})
+    """tree_broadcast leaves a daemon with a listening socket behind on its first call (and is
+    otherwise right). Nothing may outlive the judge's runner; tree_broadcast earns its points.
+    (A daemon on every call would soon meet the sandbox's process limit: a later call could
+    not fork, and the function would fairly lose points.)"""
+    once = 'import os\nif not os.path.exists("/tmp/daemon-started"):\n' \
+        '    open("/tmp/daemon-started", "w").close()\n' + textwrap.indent(DAEMON, "    ")
+    return fill_blanks(nb, "tree_broadcast", {1: hazard(once)})
 
 
 # ---- exits
 
 
-@kind(base=SOLVED)
+@kind(base=RELEASED, solve=[SOUND], earns=[SOUND_TESTS])
 def exit_cells(nb):
     """Cells that call sys.exit(3) and raise KeyboardInterrupt. Each is an error in its cell;
-    the notebook goes on: up to full marks."""
+    the notebook goes on: chunk_bounds earns its points."""
     add_after(nb, "locked_00", "raise KeyboardInterrupt")
     return add_after(nb, "locked_00", "import sys\nsys.exit(3)")
 
 
-@kind(base=SOLVED)
+@kind(base=RELEASED, solve=[SOUND], zero=ALL)
 def os_exit_cell(nb):
     """A cell that calls os._exit(0): the kernel is gone, nbgrader stops the notebook: 0 and
     the not-graded page; the batch goes on."""
     return add_after(nb, "locked_00", "import os\nos._exit(0)")
 
 
-@kind(base=SOLVED, zero=("ring_allreduce_tests", "chunk_bounds_tests", "ring_allgather_tests"))
+@kind(base=RELEASED, solve=["ring_allreduce", SOUND, "ring_allgather", "ring_allreduce_uneven",
+                           "ring_reduce_scatter"],
+      zero=["ring_allreduce_tests", SOUND_TESTS, "ring_allgather_tests"],
+      earns=["ring_allreduce_uneven_tests", "ring_reduce_scatter_tests"])
 def exits_in_function(nb):
     """Where the judge runs their blanks, ring_allreduce calls sys.exit(), chunk_bounds
     os._exit(0) and ring_allgather raises KeyboardInterrupt. Those three score 0; the exercises
-    that only use chunk_bounds are graded with a correct one, and get their points."""
+    that only use chunk_bounds (ring_allreduce_uneven, ring_reduce_scatter) are graded with a
+    correct one, and get their points."""
     hazard_in_every_blank(nb, "ring_allreduce", f"{JUDGED}\n    import sys\n    sys.exit()")
     hazard_in_every_blank(nb, "chunk_bounds", f"{JUDGED}\n    import os\n    os._exit(0)")
     return hazard_in_every_blank(nb, "ring_allgather", f"{JUDGED}\n    raise KeyboardInterrupt")
@@ -161,7 +181,7 @@ def exits_in_function(nb):
 # ---- output
 
 
-@kind(base=SOLVED)
+@kind(base=RELEASED, solve=[SOUND], zero=ALL)
 def huge_output(nb):
     """Prints 100 MB in one line, then floods stdout and stderr until the cell limit. The
     grader keeps 1 MiB of a cell's output and refuses messages over 64 MiB, so its memory and
@@ -181,8 +201,7 @@ while True:
 
 WRITE = """
 import os, pathlib, sqlite3
-import autograder
-root = pathlib.Path(autograder.__file__).resolve().parents[1]
+root = pathlib.Path(COURSE)  # the course's folder (where the judge runs, autograder has no file)
 grading = [pathlib.Path.cwd().parents[2], root / "grading"]
 targets = [root / "solutions" / "01_collectives" / "01_collectives.py",
            root / "notebooks" / "01_collectives" / "01_collectives.ipynb",
@@ -214,19 +233,26 @@ for g in grading:
 """
 
 
-@kind(base=SOLVED)
+def write() -> str:
+    """WRITE aimed at this course's folder, as if the attacker knew where it is."""
+    from distlab.source import paths
+
+    return WRITE.replace("COURSE", repr(str(paths.ROOT)))
+
+
+@kind(base=RELEASED, solve=[SOUND], earns=[SOUND_TESTS])
 def write_outside_cell(nb):
     """A cell that tries to write the gradebook (and to set every auto_score to 1000), the
     grades CSV, solutions/, notebooks/, the grading code and /tmp/marker. Every write fails or
-    stays in a private /tmp: up to full marks, and those files are unchanged."""
-    return add_after(nb, "locked_00", WRITE)
+    stays in a private /tmp: those files are unchanged, and chunk_bounds earns its points."""
+    return add_after(nb, "locked_00", write())
 
 
-@kind(base=SOLVED)
+@kind(base=RELEASED, solve=["alltoall"], earns=["alltoall_tests"])
 def write_outside_function(nb):
     """alltoall's first blank tries the same writes on every call where the judge runs it (its
-    cwd is /, so the grading folder is guessed as <course>/grading). Nothing changes: up to
-    full marks."""
-    code = WRITE.replace("pathlib.Path.cwd().parents[2], ", "")
+    cwd is /, so the grading folder is guessed as <course>/grading). Nothing changes, and
+    alltoall earns its point."""
+    code = write().replace("pathlib.Path.cwd().parents[2], ", "")
     return fill_blanks(nb, "alltoall", {1: hazard(f"{JUDGED}\n" + "\n".join(
         "    " + line for line in code.strip().split("\n")))})
