@@ -7,7 +7,7 @@ end quickly. Each batch runs with its own TMPDIR and JUPYTER_RUNTIME_DIR, so tha
 the run leaves in a temporary folder is seen, whatever else runs on the machine.
 
 Run: .venv/bin/python -m pytest tests/system/test_adversarial.py -q -s
-(about 4 minutes on 2 cores; -s shows each submission's time). Needs the sandbox (root,
+(about 5 minutes on 2 cores; -s shows each submission's time). Needs the sandbox (root,
 unshare): without it the learner's kernel runs as the grader, and these submissions would
 really write into solutions/ and leave daemons behind, so the module is skipped.
 """

@@ -1,15 +1,19 @@
 """The adversarial suite, extended to every notebook's exercises. tests/system/test_adversarial.py
-throws every kind of attack at 01; here the attacks that do not depend on 01's exercises are
-thrown at each other notebook, in one `make grade` batch:
+throws every kind of attack at 01, one student per attack; here the attacks that do not depend
+on 01's exercises are thrown at each other notebook together, by one student per notebook, in
+one `make grade` batch. On the released notebook (every blank empty):
 
-- patches: on the released notebook (every blank empty), numpy's and torch's comparisons always
-  agree, distlab.run and require_filled are faked, the hidden tests' randomness is fixed,
-  grade() returns full marks, and every cell prints a fake pass. The judge decides: 0.
-- early_return: on the released notebook, every exercise function first runs the solved body
-  (copied from solutions/) and returns, never reaching its blanks: code outside the blanks
-  earns nothing, unfilled blanks earn nothing: 0.
+- early return: every exercise function first runs the solved body (copied from solutions/)
+  and returns, never reaching its blanks, so the notebook's own checks pass in the kernel;
+- patches: numpy's and torch's comparisons always agree, distlab.run and require_filled are
+  faked, the hidden tests' randomness is fixed, grade() returns full marks (in the kernel, and
+  in a class body the judge's runner executes), and every cell prints a fake pass.
 
-Each must score 0 in every graded cell, and no feedback page may show an answer.
+Code outside the blanks earns nothing and unfilled blanks earn nothing; the judge decides: 0 in
+every graded cell, and no hidden test on the feedback page. (Each attack alone once had a
+student per notebook; together they cost six gradings less. Either attack succeeding would
+earn points here; that the feedback of a notebook with every blank empty shows no answer is
+tests/system/test_grading.py's check, on its untouched students.)
 """
 
 import ast
@@ -31,6 +35,7 @@ from distlab.source.definitions import functions
 
 ROOT = paths.ROOT
 IDS = [a for a in paths.assignment_ids() if a != "01_collectives"]  # 01: the full suite
+STUDENT = "early_return_and_patches"
 PATCHES = PATCH_NUMPY_TORCH + """
 import random
 import sys
@@ -54,15 +59,16 @@ def released(assignment):
     return nbformat.read(str(path), as_version=4)
 
 
-def patches(assignment):
-    nb = _everywhere(released(assignment), PATCHES)
+def patches(nb):
+    """The patches, in the kernel and where the judge's runner executes definitions."""
+    nb = _everywhere(nb, PATCHES)
     return add_after(nb, "locked_00", f'print("{FAKE_PASS}")\n'
                      f'get_ipython().events.register("post_run_cell", '
                      f'lambda result: print("{FAKE_PASS}"))')
 
 
 def early_return(assignment):
-    """Every exercise function of the released notebook runs the solved body first."""
+    """The released notebook, every exercise function running the solved body first."""
     answers = {}
     for cell, _ in solved.solution_cells(assignment):
         answers.update(functions(cell.source))
@@ -88,10 +94,9 @@ def graded(tmp_path_factory, start_from_release):
     grading = tmp_path_factory.mktemp("grading")
     start_from_release(grading)
     for assignment in IDS:
-        for name, build in (("patches", patches), ("early_return", early_return)):
-            folder = grading / "submitted" / name / assignment
-            folder.mkdir(parents=True)
-            nbformat.write(build(assignment), folder / f"{assignment}.ipynb")
+        folder = grading / "submitted" / STUDENT / assignment
+        folder.mkdir(parents=True)
+        nbformat.write(patches(early_return(assignment)), folder / f"{assignment}.ipynb")
     env = dict(os.environ, DISTLAB_GRADING_DIR=str(grading),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     result = subprocess.run([sys.executable, "-m", "autograder.batch", *IDS, "--jobs", "2",
@@ -102,28 +107,23 @@ def graded(tmp_path_factory, start_from_release):
     for assignment in IDS:
         with (grading / "grades" / f"{assignment}.csv").open() as handle:
             rows[assignment] = {row["student"]: row for row in csv.DictReader(handle)}
-        pages[assignment] = {
-            name: (grading / "feedback" / name / assignment / f"{assignment}.html").read_text()
-            for name in ("patches", "early_return")}
+        page = grading / "feedback" / STUDENT / assignment / f"{assignment}.html"
+        pages[assignment] = page.read_text()
     return rows, pages
 
 
 @pytest.mark.parametrize("assignment", IDS)
-@pytest.mark.parametrize("attack", ["patches", "early_return"])
-def test_an_attack_earns_nothing(graded, assignment, attack):
-    """Does the attack score 0 in every graded cell of this notebook?"""
-    row = graded[0][assignment][attack]
+def test_the_attacks_earn_nothing(graded, assignment):
+    """Does the student score 0 in every graded cell of this notebook, and is it graded (not
+    stopped: the judge, not a crash, gave the 0)?"""
+    row = graded[0][assignment][STUDENT]
     cells = {k: v for k, v in row.items() if k.endswith("_tests")}
     assert cells and all(float(v) == 0 for v in cells.values()), row
+    assert not row["not_graded_because"], row
 
 
 @pytest.mark.parametrize("assignment", IDS)
-def test_feedback_shows_no_answer(graded, assignment):
-    """Does no feedback page show a hidden test, and the page of a submission with every
-    blank empty no blank's answer (the longer ones, which could not appear by chance)?"""
-    answers = {b.answer for _, blanks in solved.solution_cells(assignment) for b in blanks
-               if len(b.answer) >= 12}
-    pages = graded[1][assignment]
-    assert all("HIDDEN TESTS" not in page for page in pages.values())
-    leaked = [a for a in answers if a in pages["patches"]]
-    assert not leaked, leaked
+def test_feedback_shows_no_hidden_test(graded, assignment):
+    """Does the feedback page show no hidden test? (The patches themselves name
+    autograder.grade_cell: the page may show what the student wrote.)"""
+    assert "HIDDEN TESTS" not in graded[1][assignment]

@@ -170,11 +170,18 @@ def test_one_wrong_blank_costs_its_point_and_is_named(graded, assignment):
 
 
 @pytest.mark.parametrize("assignment", IDS)
-def test_feedback_never_shows_hidden_tests(graded, assignment):
-    """Is no hidden-test source in any feedback page?"""
+def test_feedback_never_shows_hidden_tests_or_answers(graded, assignment):
+    """Is no hidden-test source in any feedback page, and on the page of the notebook with
+    every blank empty no blank's answer that the notebook does not show (the longer ones,
+    which could not appear by chance)?"""
     for html in graded[1][assignment].values():
         assert "HIDDEN TESTS" not in html
         assert "autograder.grade_cell" not in html
+    shown = "\n".join(cell.source for cell in submission(assignment, "untouched").cells)
+    answers = {b.answer for _, blanks in solved.solution_cells(assignment) for b in blanks
+               if len(b.answer) >= 12 and b.answer not in shown}
+    leaked = [a for a in answers if a in graded[1][assignment]["untouched"]]
+    assert not leaked, leaked
 
 
 def test_code_changed_outside_the_blanks_earns_nothing_and_is_reported(graded):
