@@ -232,19 +232,22 @@ def failure_feedback(outcome: Outcome) -> None:
         "then hand it in again.</p></body></html>\n")
 
 
-def name_students(url: str, students: set[str]) -> None:
-    """Name each student the gradebook knows by id only (nbgrader's autograde adds them so, and
-    the formgrader then lists "None, None"): last name the id, first name empty. Names given in
-    the gradebook (`nbgrader db student import`, the formgrader's Students page) stay."""
+def enrol_students(url: str, students: set[str]) -> None:
+    """Put every student of the batch in the gradebook before grading starts, one writer for
+    all: two slots grading one student's two assignments at once would each add the student,
+    and one would fail ("UNIQUE constraint failed: student.id": not graded). A student the
+    gradebook knows by id only (nbgrader's autograde adds them so, and the formgrader then
+    lists "None, None") gets a last name, the id, and an empty first name. Names given in the
+    gradebook (`nbgrader db student import`, the formgrader's Students page) stay."""
     from nbgrader.api import Gradebook, MissingEntry
 
     with Gradebook(url) as gb:
         for student_id in sorted(students):
             try:
                 student = gb.find_student(student_id)
-            except MissingEntry:  # stopped before nbgrader added it: nothing to name
-                continue
-            if student.first_name is None and student.last_name is None:
+            except MissingEntry:
+                student = None
+            if student is None or (student.first_name is None and student.last_name is None):
                 gb.update_or_create_student(student_id, last_name=student_id, first_name="")
 
 
@@ -331,11 +334,11 @@ def main(argv: list[str] | None = None) -> int:
             # WAL: a grader reading the gradebook never blocks another one saving its grades
             with sqlite3.connect(path) as db:
                 db.execute("PRAGMA journal_mode=WAL")
+        enrol_students(url, {student for student, _ in todo})
         print(f"grading {len(todo)} submission(s), {len(slots)} at a time", flush=True)
         outcomes = grade_all(todo, slots, args.timeout)
         for slot in slots[1:]:
             slot.end()  # they exit on their own, all at once, while the CSVs are written
-        name_students(url, {o.student for o in outcomes})
         for assignment in sorted({a for _, a in todo}):
             failed = {o.student: o.problem for o in outcomes
                       if o.assignment == assignment and not o.ok}
