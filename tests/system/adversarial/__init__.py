@@ -62,12 +62,12 @@ class Kind:
 
 def with_solved(released, solved, functions):
     """The released notebook with the solution cells of `functions` as in the solved one."""
-    answers = {cell.metadata["nbgrader"]["grade_id"]: cell.source for cell in solved.cells
-               if cell.metadata.get("nbgrader", {}).get("solution")}
-    for cell in released.cells:
-        if (grade_id := cell.metadata.get("nbgrader", {}).get("grade_id")) in functions:
-            cell.source = answers[grade_id]
-    assert set(functions) <= set(answers), f"not solution cells: {set(functions) - set(answers)}"
+    from adversarial.cells import index
+
+    for function in functions:
+        answer = solved.cells[index(solved, function)]
+        assert answer.metadata["nbgrader"].get("solution"), f"{function}: not a solution cell"
+        released.cells[index(released, function)].source = answer.source
     return released
 
 
