@@ -10,7 +10,6 @@ another's.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from traitlets import Float, Int
@@ -18,6 +17,7 @@ from traitlets.config import Configurable
 
 from autograder import judge
 from autograder.judge import sandbox
+from distlab import kernel
 from distlab.source import settings
 from distlab.source.paths import GRADING
 
@@ -61,6 +61,6 @@ def install_kernel(limits: GradingLimits, slot_number: int) -> Path:
         spec = folder / "kernels" / sandbox.KERNEL_NAME
         spec.mkdir(parents=True, exist_ok=True)
         (spec / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "argv": kernel.COMMAND,
             "display_name": "Python 3 (grading)", "language": "python", "env": env}, indent=1))
     return folder / "kernels"

@@ -187,7 +187,7 @@ def sockets_folder(uid: int) -> str:
 def kernelspec(dir, *, uid: int, limits: Limits = Limits(), writable: list[str] = (),
                hidden: list[str] | None = None, env: dict | None = None,
                readable: list[str] = (), network: bool = True) -> Path:
-    """Write dir/kernels/distlab-sandbox/kernel.json, an ipykernel inside wrap(); put dir on
+    """Write dir/kernels/distlab-sandbox/kernel.json, a distlab.kernel inside wrap(); put dir on
     JUPYTER_PATH to use it. The kernel's cwd (nbclient: the notebook's folder) is shown
     read-only, even inside a hidden folder, so it can grade one submission of the hidden
     grading folder without seeing the others.
@@ -204,9 +204,11 @@ def kernelspec(dir, *, uid: int, limits: Limits = Limits(), writable: list[str] 
     if not network:
         os.makedirs(sockets_folder(uid), mode=0o755, exist_ok=True)
         writable = [*writable, sockets_folder(uid)]
-    argv = wrap([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                uid=uid, limits=limits, network=network, writable=writable, hidden=hidden,
-                env=env, readable=readable, copy_in=["{connection_file}"], readable_cwd=True)
+    from distlab import kernel  # here, not above: stage 2 imports the standard library only
+
+    argv = wrap(kernel.COMMAND, uid=uid, limits=limits, network=network, writable=writable,
+                hidden=hidden, env=env, readable=readable, copy_in=["{connection_file}"],
+                readable_cwd=True)
     folder = Path(dir) / "kernels" / KERNEL_NAME
     folder.mkdir(parents=True, exist_ok=True)
     spec = {"argv": argv, "display_name": "Python 3 (sandboxed)", "language": "python",

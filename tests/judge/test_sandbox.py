@@ -460,6 +460,28 @@ def test_does_a_notebook_run_through_the_sandbox_kernelspec(uid, outside_tmp, tm
 
 
 @needs_namespaces
+def test_the_kernel_has_its_zygote_forked_and_loads_nothing_from_the_learners_folder(
+        uid, outside_tmp, tmp_path, monkeypatch):
+    """Is the ranks' zygote a fork of the kernel (distlab.kernel: no second torch import at
+    the first launch), do a learner's distlab/ and numpy.py beside the notebook not stop the
+    kernel from starting, and is the folder on sys.path for the notebook, as in Lab?"""
+    (outside_tmp / "distlab").mkdir()
+    (outside_tmp / "distlab" / "__init__.py").write_text("raise ImportError('the fake')\n")
+    (outside_tmp / "mine.py").write_text("x = 7\n")
+    kernelspec(tmp_path, uid=uid)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    nb, client = _notebook_client(tmp_path, outside_tmp, [
+        "from distlab import launch\nprint(type(launch._pool.zygote).__name__)",
+        "import os\nprint(launch.run(lambda rank, world_size: os.getppid(), world_size=2)"
+        " == [launch._pool.zygote.pid] * 2)",
+        "import mine\nprint(mine.x)",
+    ], allow_errors=True)
+    client.execute()
+    texts = [cell.outputs[0].get("text") or cell.outputs[0].get("evalue") for cell in nb.cells]
+    assert texts == ["ForkedZygote\n", "True\n", "7\n"], texts
+
+
+@needs_namespaces
 def test_a_kernel_without_network_is_reached_over_ipc_and_sees_no_host_port(uid, tmp_path,
                                                                           monkeypatch):
     """network=False: does CappedExecute reach the kernel over IPC sockets in a folder made

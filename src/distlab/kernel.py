@@ -1,0 +1,31 @@
+"""`python -m distlab.kernel -f CONNECTION_FILE`: an ipykernel whose ranks' zygote is forked
+before the kernel starts.
+
+`distlab.launch` forks ranks from a zygote that has imported torch. Started by the first launch,
+the zygote is a new Python that imports torch once more (about 3 s of CPU); forked here, before
+ipykernel starts a thread and before any torch op, it costs a fork. The grading kernel starts
+this way (autograder.judge.sandbox.kernelspec): every submission runs its notebook in a fresh
+kernel, so the saving is paid back once per graded notebook. The kernel is otherwise
+`python -m ipykernel_launcher`; `launch.shutdown()` or a failed zygote falls back to a new one.
+"""
+
+import sys
+from pathlib import Path
+
+COMMAND = [sys.executable, __file__, "-f", "{connection_file}"]  # a kernelspec's argv
+# (the file, not `-m distlab.kernel`: -m would find a learner's distlab/ next to the notebook)
+
+if __name__ == "__main__":
+    # As ipykernel_launcher: nothing is imported from the notebook's folder (a learner's
+    # torch.py) or from distlab/ while the kernel loads; IPython then puts the notebook's
+    # folder on sys.path itself.
+    if sys.path[0] in ("", str(Path(__file__).parent)) or Path(sys.path[0]) == Path.cwd():
+        del sys.path[0]
+
+    from distlab import _worker, launch  # noqa: F401 - what the zygote runs, imported once
+
+    launch.start_ranks_launcher()
+
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance()
