@@ -22,10 +22,16 @@ if __name__ == "__main__":
     if sys.path[0] in ("", str(Path(__file__).parent)) or Path(sys.path[0]) == Path.cwd():
         del sys.path[0]
 
+    import distlab
     from distlab import _worker, launch  # noqa: F401 - what the zygote runs, imported once
 
     launch.start_ranks_launcher()
 
-    from ipykernel import kernelapp
+    from ipykernel.kernelapp import IPKernelApp
 
-    kernelapp.launch_new_instance()
+    app = IPKernelApp.instance()
+    app.initialize()
+    # distlab was imported before the shell existed: its notebook hooks (an empty blank raises
+    # BlankNotFilled, brief messages, notices) go in now, as `import distlab` in a kernel does
+    distlab._in_ipython()
+    app.start()
