@@ -34,7 +34,6 @@ from multiprocessing.connection import Connection
 
 import cloudpickle
 import torch
-import torch._dynamo  # noqa: F401 - every torch.optim optimizer imports it: ~0.8 s per rank
 import torch.distributed as dist
 
 from distlab import launch
@@ -85,6 +84,9 @@ def zygote(path: str, parent_pid: int) -> None:
             control.send_bytes(pickle.dumps(("killed",)))
         elif command == "spawn":
             world_size, backend = rest
+            # every torch.optim optimizer imports it (~1 s of CPU): once here, not on every rank;
+            # at the first spawn, not at start, as a zygote forked with its kernel may never fork
+            import torch._dynamo  # noqa: F401
             for rank in range(world_size):
                 pid = os.fork()
                 if pid == 0:
