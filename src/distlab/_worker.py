@@ -1,8 +1,10 @@
 """The rank side of `distlab.launch`: a zygote that imports torch once, and the ranks it forks.
 
-`_pool.py` starts this as `python -m distlab._worker SOCKET PARENT_PID` (not by hand). The zygote
-pays the ~1.5 s torch import once, runs no torch op (forking after one can hang OpenMP), and
-forks a fresh set of ranks whenever the notebook asks for another world size or after an error.
+`_pool.py` starts this as `python -m distlab._worker SOCKET PARENT_PID` (not by hand), or forks it
+from a process that has imported torch and run no op yet (the grading kernel, distlab.kernel;
+the judge's runner). The zygote pays the ~1.5 s torch import once (a forked one not at all),
+runs no torch op (forking after one can hang OpenMP), and forks a fresh set of ranks whenever
+the notebook asks for another world size or after an error.
 Each rank connects back to the notebook over the Unix socket and then serves calls:
 
     notebook -> rank   ("run", call_id, header, payload)    payload = launch.dumps((fn, args))

@@ -1,12 +1,14 @@
-"""`python -m distlab.kernel -f CONNECTION_FILE`: an ipykernel whose ranks' zygote is forked
-before the kernel starts.
+"""`python .../distlab/kernel.py -f CONNECTION_FILE` (`COMMAND`): an ipykernel whose ranks'
+zygote is forked before the kernel starts.
 
 `distlab.launch` forks ranks from a zygote that has imported torch. Started by the first launch,
-the zygote is a new Python that imports torch once more (about 3 s of CPU); forked here, before
+the zygote is a new Python that imports torch once more (2-2.5 s of CPU); forked here, before
 ipykernel starts a thread and before any torch op, it costs a fork. The grading kernel starts
 this way (autograder.judge.sandbox.kernelspec): every submission runs its notebook in a fresh
-kernel, so the saving is paid back once per graded notebook. The kernel is otherwise
-`python -m ipykernel_launcher`; `launch.shutdown()` or a failed zygote falls back to a new one.
+kernel, so each grading saves a torch import. The kernel is otherwise `python -m
+ipykernel_launcher`; after `launch.shutdown()`, or if the zygote dies, launch starts a new one.
+The learner's Lab keeps ipykernel's own kernel: the drills notebook imports no torch, and would
+pay for one here.
 """
 
 import sys
