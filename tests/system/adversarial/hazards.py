@@ -104,8 +104,8 @@ def memory_hog_in_function(nb):
     """Every blank of ring_allreduce_uneven allocates until it dies, but only where the judge
     runs it (the notebook's own checks pass). Its runner dies: ring_allreduce_uneven scores 0,
     chunk_bounds its points."""
-    return hazard_in_every_blank(nb, "ring_allreduce_uneven", JUDGED + "\n" + "\n".join(
-        "    " + line for line in HOG.strip().split("\n")))
+    return hazard_in_every_blank(nb, "ring_allreduce_uneven",
+                                 JUDGED + "\n" + textwrap.indent(HOG.strip(), "    "))
 
 
 # ---- processes and ports
@@ -254,5 +254,5 @@ def write_outside_function(nb):
     cwd is /, so the grading folder is guessed as <course>/grading). Nothing changes, and
     alltoall earns its point."""
     code = write().replace("pathlib.Path.cwd().parents[2], ", "")
-    return fill_blanks(nb, "alltoall", {1: hazard(f"{JUDGED}\n" + "\n".join(
-        "    " + line for line in code.strip().split("\n")))})
+    return fill_blanks(nb, "alltoall",
+                       {1: hazard(f"{JUDGED}\n" + textwrap.indent(code.strip(), "    "))})

@@ -4,6 +4,7 @@ any point they got would be unearned, so each must score 0 everywhere."""
 from __future__ import annotations
 
 import copy
+import textwrap
 import uuid
 
 from adversarial import ALL, RELEASED, SOLVED, kind
@@ -107,7 +108,7 @@ def _everywhere(nb, code: str):
     """`code` as a top-level cell after the imports and inside a class body (which the judge's
     runner executes while it defines the notebook)."""
     add_after(nb, "locked_00", code)
-    body = "\n".join("    " + line for line in code.strip().split("\n"))
+    body = textwrap.indent(code.strip(), "    ")
     add_after(nb, "locked_00", f"class _Patch:\n{body}")
     return nb
 
