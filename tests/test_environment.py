@@ -2,6 +2,8 @@
 pyproject.toml, environment.yml, the Makefile's torch)?"""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import tomllib
@@ -61,9 +63,6 @@ def test_ci_runs_the_readme_test_command():
 def test_reading_a_notebook_builds_no_iri_parsers():
     """Does a process that reads a notebook or starts nbgrader skip rfc3987-syntax (38 lark
     parsers, 1.3-1.9 s of CPU each time: pyproject.toml's bound on jsonschema says why)?"""
-    import subprocess
-    import sys
-
     code = "import sys, nbformat.validator, nbgrader.apps; print('rfc3987_syntax' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stdout + result.stderr
