@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
+import gc
 import importlib
 import linecache
 import os
@@ -71,11 +73,26 @@ def preload(cells: list[str]) -> None:
     forked child finds it loaded: matplotlib (under distlab.collectives) or sympy (under
     torch.distributed.pipelining) cost a child 0.3-1 s otherwise. A module that fails to
     import is left to the child, which fails as a kernel would."""
-    for name in preloadable(cells):
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001, S112 - the child imports it again and fails there
-            continue
+    with long_lived():
+        for name in preloadable(cells):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001, S112 - the child imports it again and fails there
+                continue
+
+
+@contextlib.contextmanager
+def long_lived():
+    """Build what lives as long as this process (modules: some 250k objects) with the cyclic
+    collector off, which would scan them again and again as they load, and freeze it
+    (gc.freeze), so that no later collection here or in a forked child scans it (a child's
+    collection would also copy every page it reads)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def answer(request: dict, state: dict):
@@ -131,10 +148,11 @@ def warm_up() -> None:
     Not dumpable: processes of the same uid (the children) cannot ptrace or read this one."""
     import ctypes
 
-    import numpy  # noqa: F401
-    import torch  # noqa: F401
+    with long_lived():
+        import numpy  # noqa: F401
+        import torch  # noqa: F401
 
-    from distlab import launch
+        from distlab import launch
 
     ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0)
     launch.start_ranks_launcher()

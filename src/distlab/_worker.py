@@ -65,6 +65,7 @@ def connect(path: str, hello: tuple) -> Connection:
 def zygote(path: str, parent_pid: int) -> None:
     """Fork ranks on request; kill and reap them on request; take them all down on EOF."""
     die_with_parent(parent_pid)
+    gc.enable()  # forked from a process that loads with the collector off (distlab.kernel)
     control = connect(path, ("zygote", os.getpid()))
     children: list[int] = []
     me = os.getpid()

@@ -11,6 +11,7 @@ The learner's Lab keeps ipykernel's own kernel: the drills notebook imports no t
 pay for one here.
 """
 
+import gc
 import sys
 from pathlib import Path
 
@@ -24,6 +25,11 @@ if __name__ == "__main__":
     if sys.path[0] in ("", str(Path(__file__).parent)) or Path(sys.path[0]) == Path.cwd():
         del sys.path[0]
 
+    # What loads until the kernel starts (torch, IPython, distlab: some 250k objects) lives as
+    # long as the kernel: the cyclic collector is off meanwhile (it would scan them again and
+    # again as they load) and never scans them afterwards (gc.freeze below). The zygote, forked
+    # meanwhile, turns it on for the ranks.
+    gc.disable()
     import distlab
     from distlab import _worker, launch  # noqa: F401 - what the zygote runs, imported once
 
@@ -36,4 +42,6 @@ if __name__ == "__main__":
     # distlab was imported before the shell existed: its notebook hooks (an empty blank raises
     # BlankNotFilled, brief messages, notices) go in now, as `import distlab` in a kernel does
     distlab._in_ipython()
+    gc.freeze()
+    gc.enable()
     app.start()

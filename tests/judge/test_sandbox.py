@@ -464,8 +464,9 @@ def test_the_kernel_has_its_zygote_forked_and_loads_nothing_from_the_learners_fo
         uid, outside_tmp, tmp_path, monkeypatch):
     """Is the ranks' zygote a fork of the kernel (distlab.kernel: no second torch import at
     the first launch), do a learner's distlab/ and numpy.py beside the notebook not stop the
-    kernel from starting, is the folder on sys.path for the notebook, as in Lab, and does an
-    empty blank raise BlankNotFilled on the ranks, as in Lab?"""
+    kernel from starting, is the folder on sys.path for the notebook, as in Lab, is the cyclic
+    garbage collector on, and does an empty blank raise BlankNotFilled on the ranks, as in
+    Lab?"""
     (outside_tmp / "distlab").mkdir()
     (outside_tmp / "distlab" / "__init__.py").write_text("raise ImportError('the fake')\n")
     (outside_tmp / "mine.py").write_text("x = 7\n")
@@ -476,6 +477,10 @@ def test_the_kernel_has_its_zygote_forked_and_loads_nothing_from_the_learners_fo
         "import os\nprint(launch.run(lambda rank, world_size: os.getppid(), world_size=2)"
         " == [launch._pool.zygote.pid] * 2)",
         "import mine\nprint(mine.x)",
+        # the kernel loads with the cyclic collector off: it is on again in the kernel, and in
+        # the ranks (their zygote was forked while it was off)
+        "import gc\nprint(gc.isenabled(), launch.run("
+        "lambda rank, world_size: __import__('gc').isenabled(), world_size=2))",
         # distlab, imported before the shell, still has its hooks in it: a blank statement
         # raises on the ranks (it does not pass silently, leaving them waiting on each other)
         "def empty():\n    _____\n\ndef uses_it(rank, world_size):\n    return empty()\n\n"
@@ -484,8 +489,8 @@ def test_the_kernel_has_its_zygote_forked_and_loads_nothing_from_the_learners_fo
     client.execute()
     texts = [next(out.get("text") or out["evalue"] for out in cell.outputs  # not the live line
                   if out.output_type in ("stream", "error")) for cell in nb.cells]
-    assert texts[:3] == ["ForkedZygote\n", "True\n", "7\n"], texts
-    assert texts[3].startswith("rank 0 raised BlankNotFilled"), texts[3]
+    assert texts[:4] == ["ForkedZygote\n", "True\n", "7\n", "True [True, True]\n"], texts
+    assert texts[4].startswith("rank 0 raised BlankNotFilled"), texts[3]
 
 
 @needs_namespaces
