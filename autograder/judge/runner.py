@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
-import gc
 import importlib
 import linecache
 import os
@@ -26,6 +24,7 @@ import sys
 import warnings
 
 from autograder.judge import shipping, wire
+from distlab._gc import long_lived
 from distlab.source.definitions import definitions
 
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
@@ -79,20 +78,6 @@ def preload(cells: list[str]) -> None:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001, S112 - the child imports it again and fails there
                 continue
-
-
-@contextlib.contextmanager
-def long_lived():
-    """Build what lives as long as this process (modules: some 250k objects) with the cyclic
-    collector off, which would scan them again and again as they load, and freeze it
-    (gc.freeze), so that no later collection here or in a forked child scans it (a child's
-    collection would also copy every page it reads)."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.enable()
 
 
 def answer(request: dict, state: dict):

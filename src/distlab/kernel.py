@@ -11,7 +11,6 @@ The learner's Lab keeps ipykernel's own kernel: the drills notebook imports no t
 pay for one here.
 """
 
-import gc
 import sys
 from pathlib import Path
 
@@ -25,23 +24,22 @@ if __name__ == "__main__":
     if sys.path[0] in ("", str(Path(__file__).parent)) or Path(sys.path[0]) == Path.cwd():
         del sys.path[0]
 
-    # What loads until the kernel starts (torch, IPython, distlab: some 250k objects) lives as
-    # long as the kernel: the cyclic collector is off meanwhile (it would scan them again and
-    # again as they load) and never scans them afterwards (gc.freeze below). The zygote, forked
-    # meanwhile, turns it on for the ranks.
-    gc.disable()
-    import distlab
-    from distlab import _worker, launch  # noqa: F401 - what the zygote runs, imported once
+    from distlab._gc import long_lived
 
-    launch.start_ranks_launcher()
+    # what loads until the kernel starts (torch, IPython, distlab) lives as long as the kernel;
+    # the zygote, forked meanwhile, turns the collector on again for the ranks
+    with long_lived():
+        import distlab
+        from distlab import _worker, launch  # noqa: F401 - what the zygote runs, imported once
 
-    from ipykernel.kernelapp import IPKernelApp
+        launch.start_ranks_launcher()
 
-    app = IPKernelApp.instance()
-    app.initialize()
-    # distlab was imported before the shell existed: its notebook hooks (an empty blank raises
-    # BlankNotFilled, brief messages, notices) go in now, as `import distlab` in a kernel does
-    distlab._in_ipython()
-    gc.freeze()
-    gc.enable()
+        from ipykernel.kernelapp import IPKernelApp
+
+        app = IPKernelApp.instance()
+        app.initialize()
+        # distlab was imported before the shell existed: its notebook hooks (an empty blank
+        # raises BlankNotFilled, brief messages, notices) go in now, as `import distlab` in a
+        # kernel does
+        distlab._in_ipython()
     app.start()
