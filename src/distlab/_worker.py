@@ -91,8 +91,9 @@ def zygote(path: str, parent_pid: int) -> None:
             # every torch.optim optimizer and TorchDispatchMode (the hidden tests' recorder)
             # imports it (~1 s of CPU): once here, not on every rank; at the first spawn, not at
             # start, as a zygote forked with its kernel may never fork
-            with long_lived():
-                import torch._dynamo  # noqa: F401
+            if "torch._dynamo" not in sys.modules:
+                with long_lived():
+                    import torch._dynamo  # noqa: F401
             for rank in range(world_size):
                 pid = os.fork()
                 if pid == 0:
