@@ -3,6 +3,7 @@
 Run: .venv/bin/python -m pytest tests/test_launch.py -q   (about half a minute on 2 cores)
 """
 
+import contextlib
 import functools
 import linecache
 import os
@@ -461,3 +462,26 @@ def test_ranks_that_are_slow_to_start_show_the_live_line_too(monkeypatch):
     line.close()
     assert shown == ["⏳ starting 4 rank(s): 2 s", "⏳ 4 rank(s) running for 0 s",
                      "4 rank(s) ran for 0 s"]
+
+
+def harness_with_its_own_group(rank, world_size):
+    """short_group's sum where the launcher made no group; else only the file's name."""
+    from autograder.exercises.checks import rendezvous_file, short_group
+
+    total = torch.ones(1)
+    with contextlib.nullcontext() if dist.is_initialized() else short_group(rank, world_size):
+        dist.all_reduce(total)
+    return rendezvous_file("check"), total.item()
+
+
+def test_does_every_call_get_a_rendezvous_file_that_no_group_used_before():
+    """Does each call's harness group (short_group) meet through a file of its own in the
+    launcher's folder, the same on every rank? Named after the zygote's pid and MASTER_PORT,
+    a name came back to a file that killed ranks had left, and a rank dialled an old address
+    of its peer ("Gloo connectFullMesh failed ... Connection refused")."""
+    calls = [launch.run(harness_with_its_own_group, world_size=2, init_group=init_group)
+             for init_group in (False, False, True, True)]  # the last two: warm ranks, one group
+    assert [total for call in calls for _, total in call] == [2.0] * 8
+    assert all(call[0][0] == call[1][0] for call in calls)
+    assert len({call[0][0] for call in calls}) == 4
+    assert all(call[0][0].startswith(os.path.join(launch.log_dir(), "")) for call in calls)

@@ -198,12 +198,10 @@ def short_group(rank: int, world_size: int):
     """A gloo process group whose waits give up after PG_TIMEOUT_S, for a harness on the ranks:
     a learner's collective that hangs fails its case in seconds instead of stalling the grade.
 
-    A FileStore rendezvous (a TCPStore client that comes before its server backs off ~0.5 s),
-    named after the launcher's fresh MASTER_PORT."""
+    A FileStore rendezvous (a TCPStore client that comes before its server backs off ~0.5 s)."""
     import torch.distributed as dist
 
-    store = os.path.join(tempfile.gettempdir(),
-                         f"distlab-check-{os.getppid()}-{os.environ['MASTER_PORT']}")
+    store = rendezvous_file("check")
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
                             world_size=world_size,
                             timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
@@ -211,6 +209,19 @@ def short_group(rank: int, world_size: int):
         yield dist.group.WORLD
     finally:
         dist.destroy_process_group()
+
+
+def rendezvous_file(tag: str) -> str:
+    """A FileStore path that no earlier group used, for a group a harness makes on the ranks:
+    the launcher's fresh store path of this call (DISTLAB_STORE, distlab._worker) and `tag`.
+    Named after the zygote's pid and MASTER_PORT instead, a name came back (a port drawn
+    again, a pid reused) to a file that ranks killed mid-call had left behind, and a rank dialled
+    an old address of its peer: "Gloo connectFullMesh failed ... Connection refused". (Under
+    torchrun, where there is no launcher, each run's processes are new: the old name.)"""
+    if "DISTLAB_STORE" in os.environ:
+        return f"{os.environ['DISTLAB_STORE']}-{tag}"
+    return os.path.join(tempfile.gettempdir(),
+                        f"distlab-{tag}-{os.getppid()}-{os.environ['MASTER_PORT']}")
 
 
 def rank_failure(err: BaseException, kind: str = "raised") -> tuple[str, str]:

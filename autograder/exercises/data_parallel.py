@@ -18,7 +18,6 @@ import contextlib
 import datetime
 import math
 import os
-import tempfile
 
 import numpy as np
 
@@ -33,6 +32,7 @@ from autograder.exercises.checks import (
     on_ranks,
     rank_failure,
     recording,
+    rendezvous_file,
     trusted_globals,
 )
 
@@ -187,8 +187,7 @@ def _oracle_broadcast(module) -> None:
 
 
 def _store_path(tag) -> str:
-    return os.path.join(tempfile.gettempdir(),
-                        f"distlab-dp-{os.getppid()}-{os.environ['MASTER_PORT']}-{tag}")
+    return rendezvous_file(f"dp-{tag}")
 
 
 @contextlib.contextmanager

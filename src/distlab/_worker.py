@@ -172,6 +172,8 @@ class Rank:
                 fn, args = cloudpickle.loads(payload)
                 del payload
                 self.fn_file = getattr(getattr(fn, "__code__", None), "co_filename", None)
+                # a path no group has used, new at every call, for the groups fn makes itself
+                os.environ["DISTLAB_STORE"] = header["store"]
                 self.prepare_group(header)
                 result = fn(self.rank, self.world_size, *args)
             body = ("done", self.pack(result))
