@@ -213,13 +213,15 @@ def short_group(rank: int, world_size: int):
 
 def rendezvous_file(tag: str) -> str:
     """A FileStore path that no earlier group used, for a group a harness makes on the ranks:
-    the launcher's fresh store path of this call (DISTLAB_STORE, distlab._worker) and `tag`.
+    the launcher's fresh store path of this call (settings.call_store()) and `tag`.
     Named after the zygote's pid and MASTER_PORT instead, a name came back (a port drawn
     again, a pid reused) to a file that ranks killed mid-call had left behind, and a rank dialled
     an old address of its peer: "Gloo connectFullMesh failed ... Connection refused". (Under
     torchrun, where there is no launcher, each run's processes are new: the old name.)"""
-    if "DISTLAB_STORE" in os.environ:
-        return f"{os.environ['DISTLAB_STORE']}-{tag}"
+    from distlab.source import settings
+
+    if store := settings.call_store():
+        return f"{store}-{tag}"
     return os.path.join(tempfile.gettempdir(),
                         f"distlab-{tag}-{os.getppid()}-{os.environ['MASTER_PORT']}")
 

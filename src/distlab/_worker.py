@@ -41,6 +41,7 @@ import torch.distributed as dist
 from distlab import launch
 from distlab._gc import long_lived
 from distlab.intercept import intercepting
+from distlab.source import settings
 
 P2P_OPS = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
 PEER_NAMES = ("src", "dst", "group_src", "group_dst")
@@ -173,7 +174,7 @@ class Rank:
                 del payload
                 self.fn_file = getattr(getattr(fn, "__code__", None), "co_filename", None)
                 # a path no group has used, new at every call, for the groups fn makes itself
-                os.environ["DISTLAB_STORE"] = header["store"]
+                os.environ[settings.STORE] = header["store"]
                 self.prepare_group(header)
                 result = fn(self.rank, self.world_size, *args)
             body = ("done", self.pack(result))

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[3]  # the course: src/distlab/source/ is
 
 SLOT = "DISTLAB_SLOT"
 JUDGE = "DISTLAB_JUDGE"
+STORE = "DISTLAB_STORE"
 
 
 def solutions_dir() -> Path:
@@ -75,6 +76,13 @@ def judged() -> bool:
     """DISTLAB_JUDGE (JUDGE): set by `make grade` in the autograder's kernels, so the judge grades
     outside the kernel instead of the kernel grading itself. Default: unset."""
     return bool(os.environ.get(JUDGE))
+
+
+def call_store() -> str | None:
+    """DISTLAB_STORE (STORE): set by distlab's ranks at every call: a file path that no process
+    group has used, after which a hidden test's harness names the groups it makes itself.
+    Default: unset (under torchrun)."""
+    return os.environ.get(STORE)
 
 
 def slot() -> int:
