@@ -29,6 +29,15 @@ def module(assignment: str) -> types.ModuleType:
 
 
 @functools.cache
+def _solution_cells(assignment: str) -> list[tuple[set[str], object, list]]:
+    """(functions it defines, cell, blanks) for each solution cell of an assignment: read once
+    per process, as the judge looks up every graded function of every notebook (reading the
+    notebooks before it again for each name cost 9 CPU-s a grading process)."""
+    return [(set(functions(cell.source)), cell, blanks)
+            for cell, blanks in solved.solution_cells(assignment)]
+
+
+@functools.cache
 def locate(name: str) -> tuple[str, object, list]:
     """(assignment, solution cell, blanks) of the solution cell that defines function `name`.
     A solved source with a bad marker is skipped (named if `name` is found nowhere), so one
@@ -36,12 +45,12 @@ def locate(name: str) -> tuple[str, object, list]:
     broken = []
     for assignment in paths.assignment_ids():
         try:
-            cells = list(solved.solution_cells(assignment))
+            cells = _solution_cells(assignment)
         except MarkerError as err:
             broken.append(str(err).splitlines()[0])
             continue
-        for cell, blanks in cells:
-            if name in functions(cell.source):
+        for defined, cell, blanks in cells:
+            if name in defined:
                 return assignment, cell, blanks
     also = f" (not read: {'; '.join(broken)})" if broken else ""
     raise KeyError(f"no solution cell in solutions/ defines a function named {name!r}{also}")

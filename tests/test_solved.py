@@ -83,3 +83,29 @@ def test_solution_sources_read_header_attributes_and_trim_blank_lines(tmp_path):
         '# %% [markdown]\n# prose\n\n# %% solution="f" drill\n\ndef f():\n    return 1\n\n\n'
         '# %% tests="f_tests" points=1\nassert f() == 1\n')
     assert cells.solution_sources("toy", tmp_path) == {"f": "def f():\n    return 1"}
+
+
+def test_the_judge_reads_each_notebook_once_and_grades_past_a_broken_one(tmp_path, monkeypatch):
+    """reference.locate finds a function past a notebook whose markers are broken, names that
+    notebook when the function is nowhere, and reads each notebook once per process, however
+    many functions it looks up."""
+    from autograder import reference
+
+    write(tmp_path, TOY.replace("# BLANK add one", "# BLANK `zzz` add one"), "00_broken")
+    write(tmp_path, TOY)
+    original, reads = solved.solution_cells, []
+
+    def solution_cells(assignment):
+        reads.append(assignment)
+        return original(assignment, tmp_path)
+
+    monkeypatch.setattr(solved, "solution_cells", solution_cells)
+    monkeypatch.setattr(paths, "assignment_ids", lambda: ["00_broken", "00_toy"])
+    reference.locate.cache_clear(), reference._solution_cells.cache_clear()
+    try:
+        assert reference.locate("add_one")[0] == "00_toy"
+        with pytest.raises(KeyError, match=r"'sub_one' \(not read: .*00_broken"):
+            reference.locate("sub_one")
+        assert reads.count("00_toy") == 1  # a broken notebook is read again: it may be fixed
+    finally:
+        reference.locate.cache_clear(), reference._solution_cells.cache_clear()
