@@ -101,11 +101,13 @@ def test_the_judge_reads_each_notebook_once_and_grades_past_a_broken_one(tmp_pat
 
     monkeypatch.setattr(solved, "solution_cells", solution_cells)
     monkeypatch.setattr(paths, "assignment_ids", lambda: ["00_broken", "00_toy"])
-    reference.locate.cache_clear(), reference._solution_cells.cache_clear()
+    reference.locate.cache_clear()
+    reference._solution_cells.cache_clear()
     try:
         assert reference.locate("add_one")[0] == "00_toy"
         with pytest.raises(KeyError, match=r"'sub_one' \(not read: .*00_broken"):
             reference.locate("sub_one")
         assert reads.count("00_toy") == 1  # a broken notebook is read again: it may be fixed
     finally:
-        reference.locate.cache_clear(), reference._solution_cells.cache_clear()
+        reference.locate.cache_clear()
+        reference._solution_cells.cache_clear()

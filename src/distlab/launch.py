@@ -186,10 +186,10 @@ def log_path() -> str:
 
 
 def start_ranks_launcher() -> None:
-    """Start the zygote and wait for its hello. The judge's runner and the grading kernel
-    (distlab.kernel) do this once, before any torch op, so the zygote is a fork of them (torch
-    already imported); the runner then forks a fresh process per graded function that shares
-    the warm zygote."""
+    """Start the zygote and wait for its hello. The judge's runner, the grading kernel
+    (distlab.kernel) and each worker of the strength check do this once, before any torch op,
+    so the zygote is a fork of them (torch, and what else they imported, already loaded); the
+    runner then forks a fresh process per graded function that shares the warm zygote."""
     global _pool
     shutdown()
     atexit.register(_at_exit)
