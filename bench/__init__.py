@@ -1,4 +1,17 @@
-"""Benchmarks (`make bench`): each module's main() prints a table and returns its rows."""
+"""Benchmarks (`make bench`): each module's main() prints a table and returns its rows.
+
+`python -m bench --quick` (make test runs it: tests/system/test_bench.py) sets QUICK: every
+table is printed as in the full run, from one small size and a repeat or two, so that a
+renamed reference function or API breaks the suite, not a user's `make bench`. Its numbers
+mean nothing.
+"""
+
+QUICK = False
+
+
+def pick(full, quick):
+    """`full` for make bench, `quick` for its quick mode."""
+    return quick if QUICK else full
 
 
 def table(title: str, rows: list[dict]) -> None:

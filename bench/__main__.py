@@ -1,15 +1,49 @@
-"""Run every benchmark: `python -m bench` (or `make bench`)."""
+"""Run every benchmark: `python -m bench` (or `make bench`).
 
+`--quick`: each table from one small size (what make test runs); names pick some, e.g.
+`python -m bench --quick collectives grading`.
+
+A benchmark that fails is reported with its traceback and the others still run; the exit
+status is 1 if any failed.
+"""
+
+import argparse
 import importlib
+import sys
+import time
+import traceback
 
-for name in ("bench.bench_launch", "bench.bench_collectives", "bench.bench_cost_models",
-             "bench.bench_tensor_parallel", "bench.bench_pipeline_parallel",
-             "bench.bench_data_parallel", "bench.bench_zero", "bench.bench_hybrid",
-             "bench.bench_notebooks", "bench.bench_grading",
-             "bench.bench_exchange", "bench.bench_validate", "bench.bench_drills"):
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        print(f"\n## {name}: not available ({err})")
-        continue
-    module.main()
+import bench
+
+MODULES = ("launch", "collectives", "cost_models", "tensor_parallel", "pipeline_parallel",
+           "data_parallel", "zero", "hybrid", "notebooks", "grading", "exchange", "validate",
+           "drills")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="one small size and a repeat or two per table: checks that every "
+                        "benchmark runs, its numbers mean nothing")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help=f"benchmarks to run (default: all): {', '.join(MODULES)}")
+    args = parser.parse_args(argv)
+    if unknown := sorted(set(args.names) - set(MODULES)):
+        parser.error(f"no benchmark named {', '.join(unknown)}; choose from {', '.join(MODULES)}")
+    bench.QUICK = args.quick
+    failed = []
+    for name in args.names or MODULES:
+        start = time.perf_counter()
+        try:
+            importlib.import_module(f"bench.bench_{name}").main()
+        except Exception:  # noqa: BLE001 - report it, run the rest, fail at the end
+            traceback.print_exc()
+            failed.append(name)
+        print(f"({name}: {time.perf_counter() - start:.1f} s)", flush=True)
+    if failed:
+        print(f"\nbenchmarks that failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

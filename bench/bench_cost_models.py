@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from autograder.reference import reference
-from bench import table
+from bench import pick, table
 
 
 def _idle(rank, world_size):
@@ -25,11 +25,13 @@ def main() -> list[dict]:
     from distlab import run
     from distlab.cost_models import measure
 
-    sizes = [4 * 4**k for k in range(13)]  # 4 bytes to 64 MiB, as the notebook
+    sizes = pick([4 * 4**k for k in range(13)],  # 4 bytes to 64 MiB, as the notebook
+                 [4, 64, 1024, 16384])  # two fitted, two held out
+    world_sizes = pick((2, 4), (2,))
     ring, fit, model = (reference(name) for name in
                         ("ring_all_reduce", "fit_alpha_beta", "allreduce_time_ring"))
     start = time.perf_counter()
-    records = measure({"all_reduce": None, "ring": ring}, sizes, world_sizes=(2, 4),
+    records = measure({"all_reduce": None, "ring": ring}, sizes, world_sizes=world_sizes,
                       only={"ring": (2,)})
     sweep = time.perf_counter() - start
     start = time.perf_counter()
@@ -38,7 +40,8 @@ def main() -> list[dict]:
     idle = time.perf_counter() - start
     rows = [{"what": f"baseline: {len(records)} idle run() calls", "seconds": f"{idle:.1f}",
              "ratio": "1.0x", "held-out error (median)": ""},
-            {"what": "sweep (all_reduce on 2 and 4 ranks, ring on 2)", "seconds": f"{sweep:.1f}",
+            {"what": f"sweep (all_reduce on {' and '.join(map(str, world_sizes))} ranks, "
+                     "ring on 2)", "seconds": f"{sweep:.1f}",
              "ratio": f"{sweep / idle:.1f}x", "held-out error (median)": ""}]
     held_out = sizes[1::2]
     for name, n in sorted({(r["name"], r["n"]) for r in records}, key=lambda k: (k[1], k[0])):

@@ -39,7 +39,7 @@ import os
 import statistics
 
 from autograder.reference import reference
-from bench import table
+from bench import pick, table
 
 SIZES = (256, 1024, 1024, 1024, 10)  # the notebook's TIMELINE_SIZES
 ROWS = 128  # per rank, as the notebook's timed_step
@@ -141,13 +141,15 @@ def main() -> list[dict]:
         f"DDPBucketed (reference), bucket_size_mb={BUCKET_MB}":
             (functools.partial(bucketed, bucket_size_mb=BUCKET_MB), False),
         "DDPIndividualParameters (reference)": (individual, False)}
+    world_sizes, warmup, repeats, rounds, watched = pick(
+        (WORLD_SIZES, WARMUP, REPEATS, ROUNDS, WATCHED), ((2,), 1, 1, 1, 1))
     cores, load_before = os.cpu_count(), os.getloadavg()[0]
-    slowest = {(n, name): [] for n in WORLD_SIZES for name in wrappers}
-    overlaps = {(n, name): [] for n in WORLD_SIZES for name in wrappers}
+    slowest = {(n, name): [] for n in world_sizes for name in wrappers}
+    overlaps = {(n, name): [] for n in world_sizes for name in wrappers}
     calls = {}
-    for _ in range(ROUNDS):
-        for n in WORLD_SIZES:
-            per_rank = run(_time_wrappers, wrappers, SIZES, ROWS, WARMUP, REPEATS, WATCHED,
+    for _ in range(rounds):
+        for n in world_sizes:
+            per_rank = run(_time_wrappers, wrappers, SIZES, ROWS, warmup, repeats, watched,
                            world_size=n, backend="gloo", timeout=300)
             for rank, result in enumerate(per_rank):
                 want = result[baseline][4]
@@ -162,7 +164,7 @@ def main() -> list[dict]:
                 slowest[n, name] += [max(ts) for ts in zip(*(r[name][0] for r in per_rank),
                                                            strict=True)]
     rows = []
-    for n in WORLD_SIZES:
+    for n in world_sizes:
         base_s = statistics.median(slowest[n, baseline])
         for name in wrappers:
             seconds = statistics.median(slowest[n, name])
@@ -183,8 +185,8 @@ def main() -> list[dict]:
     load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     table(f"03 data parallel, one SGD step (fwd+bwd+sync+step), MLP {'-'.join(map(str, SIZES))}"
           f", {ROWS} rows/rank, gloo, {cores} cores (4 ranks oversubscribed; load average "
-          f"{load}); ms = median of {REPEATS * ROUNDS}, slowest rank; ratio vs torch DDP on the "
-          f"same ranks (same run); overlap: instrumented copies, {WATCHED * ROUNDS} steps; "
+          f"{load}); ms = median of {repeats * rounds}, slowest rank; ratio vs torch DDP on the "
+          f"same ranks (same run); overlap: instrumented copies, {watched * rounds} steps; "
           "every wrapper's parameters equal torch DDP's after the same steps", rows)
     return rows
 

@@ -39,7 +39,7 @@ def _median(action, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _direct(name: str) -> float:
+def _direct(name: str, repeats: int) -> float:
     """The baseline: the reference through its hidden test, in this process."""
     import numpy as np
 
@@ -54,10 +54,10 @@ def _direct(name: str) -> float:
             test(fn, np.random.default_rng(seed_for(name, "")))
 
     once()  # warm: imports, the ranks' launcher
-    return _median(once, 3)
+    return _median(once, repeats)
 
 
-def _server_rows() -> list[dict]:
+def _server_rows(run_cases, repeats: int) -> list[dict]:
     """A check that runs, as `python -m distlab.drills check` asks it: the warm server's reply."""
     from distlab import drills
     from distlab.drills import server
@@ -65,13 +65,13 @@ def _server_rows() -> list[dict]:
     os.environ["DISTLAB_DRILLS_RUN"] = tempfile.mkdtemp()
     rows = []
     try:
-        for name, span, answer in RUN_CASES:
+        for name, span, answer in run_cases:
             snippet = drills.get(name)
             blank = [p for p in drills.maskable(snippet.source, name) if p.text == span]
             request = {"op": "check", "snippet": name, "answers": [answer],
                        "spans": [[p.start, p.end] for p in blank]}
             server.ask(request)  # starts the server, warms its runner
-            seconds = _median(lambda r=request: server.ask(r), 3)
+            seconds = _median(lambda r=request: server.ask(r), repeats)
             rows.append({"what": f"CLI run check (warm server): {name}", "time_s": seconds,
                          "target_s": 2.0})
     finally:
@@ -80,6 +80,9 @@ def _server_rows() -> list[dict]:
 
 
 def main(quiet: bool = False) -> list[dict]:
+    from bench import pick
+
+    many, few, run_cases = pick((50, 3, RUN_CASES), (3, 1, RUN_CASES[:1]))
     os.environ.setdefault("DISTLAB_DRILLS_DB", str(Path(tempfile.mkdtemp()) / "bench.sqlite"))
     from distlab import drills
     from distlab.drills import check
@@ -94,7 +97,7 @@ def main(quiet: bool = False) -> list[dict]:
         _, _, blanks = drills.draw("ring_allreduce", 8, next(seeds))
         template(snippet.source, blanks)
 
-    rows.append({"what": "refresh (draw 8 blanks + lay out)", "time_s": _median(refresh, 50),
+    rows.append({"what": "refresh (draw 8 blanks + lay out)", "time_s": _median(refresh, many),
                  "target_s": 0.05})
     checker = drills.Checker()
     # spaced differently, the same tokens (dropping every space would glue `for x in` into
@@ -103,18 +106,18 @@ def main(quiet: bool = False) -> list[dict]:
     assert all(check.normalise(a) == check.normalise(p.text) for a, p in
                zip(answers, chosen, strict=True))
     rows.append({"what": "textual check (8 blanks)", "target_s": 0.05,
-                 "time_s": _median(lambda: checker.check(snippet, chosen, answers), 50)})
-    for name, span, answer in RUN_CASES:
+                 "time_s": _median(lambda: checker.check(snippet, chosen, answers), many)})
+    for name, span, answer in run_cases:
         snippet = drills.get(name)
         blank = [p for p in drills.maskable(snippet.source, name) if p.text == span]
         checker.warm(snippet).join()
         checker.check(snippet, blank, [answer])  # the first child of a runner loads the cells
-        seconds = _median(lambda s=snippet, b=blank, a=answer: checker.check(s, b, [a]), 3)
-        baseline = _direct(name)
+        seconds = _median(lambda s=snippet, b=blank, a=answer: checker.check(s, b, [a]), few)
+        baseline = _direct(name, few)
         rows.append({"what": f"run check: {name}", "time_s": seconds, "baseline_s": baseline,
                      "target_s": 1.0 if name == "ring_allreduce" else None})
     checker.close()
-    rows += _server_rows()
+    rows += _server_rows(run_cases, few)
     if not quiet:
         print(f"drills (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
         print(f"{'what':<48} | {'time':>9} | {'target':>7} | {'baseline':>9} | {'ratio':>5}")

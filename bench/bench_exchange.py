@@ -28,10 +28,10 @@ from pathlib import Path
 import nbformat
 
 from autograder import solved
-from bench import table
+from bench import pick, table
 from distlab.source import paths
 
-ASSIGNMENT = "02_cost_models"
+ASSIGNMENT = "01_collectives"
 BIN = str(Path(sys.executable).parent)
 JOBS = os.cpu_count() or 1
 
@@ -50,6 +50,7 @@ def _all(commands: list[tuple[list[str], Path, dict]]) -> None:
 
 
 def main(students: int = 20) -> list[dict]:
+    students = pick(students, 1)
     names = [f"student{k:02d}" for k in range(students)]
     nbgrader = [sys.executable, "-m", "nbgrader"]
     with tempfile.TemporaryDirectory(prefix="distlab-bench-") as tmp:

@@ -24,7 +24,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from autograder import solved
-from bench import table
+from bench import pick, table
 from distlab.source import paths
 
 ASSIGNMENT = "01_collectives"
@@ -85,23 +85,24 @@ print(statistics.median(times))
 CHILDREN = 5
 
 
-def _child_seconds(assignment: str, mode: str) -> float:
-    out = subprocess.run([sys.executable, "-c", CHILD, assignment, mode, str(CHILDREN)],
+def _child_seconds(assignment: str, mode: str, children: int) -> float:
+    out = subprocess.run([sys.executable, "-c", CHILD, assignment, mode, str(children)],
                          cwd=paths.ROOT, check=True, capture_output=True, text=True).stdout
     return float(out.split()[-1])
 
 
 def judge_children() -> list[dict]:
-    rows = []
-    for assignment in paths.assignment_ids():
-        cold, warm = (_child_seconds(assignment, mode) for mode in ("cold", "preload"))
+    rows, children = [], pick(CHILDREN, 1)
+    for assignment in pick(paths.assignment_ids(), paths.assignment_ids()[:1]):
+        cold, warm = (_child_seconds(assignment, mode, children) for mode in ("cold", "preload"))
         rows.append({"notebook": assignment, "baseline: child imports (ms)": f"{1e3 * cold:.0f}",
                      "preloaded (ms)": f"{1e3 * warm:.0f}", "ratio": f"{cold / warm:.1f}x faster"})
-    table(f"The judge's fresh process per graded function (median of {CHILDREN})", rows)
+    table(f"The judge's fresh process per graded function (median of {children})", rows)
     return rows
 
 
 def main(students: int = 4) -> list[dict]:
+    students = pick(students, 1)
     with tempfile.TemporaryDirectory(prefix="distlab-bench-") as tmp:
         grading = Path(tmp)
         _submit(grading, students)
@@ -111,14 +112,15 @@ def main(students: int = 4) -> list[dict]:
                    f"grade.release_if_changed([{ASSIGNMENT!r}], grade.db_url())")
         subprocess.run([sys.executable, "-c", release], cwd=paths.ROOT, env=env, check=True,
                        capture_output=True)
-        serial = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force"],
-                        env)
-        serial += _timed([sys.executable, "-m", "nbgrader", "generate_feedback", ASSIGNMENT,
-                          "--force"], env)
+        autograde = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT,
+                            "--force"], env)
+        serial = autograde + _timed([sys.executable, "-m", "nbgrader", "generate_feedback",
+                                     ASSIGNMENT, "--force"], env)
         parallel = _timed([sys.executable, "-m", "autograder.batch", ASSIGNMENT], env)
         _check_grades(grading)
-        one = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT,
-                      "--student", "student00", "--force"], env)
+        one = autograde if students == 1 else _timed(
+            [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--student",
+             "student00", "--force"], env)
     start = time.perf_counter()
     NotebookClient(solved.load(ASSIGNMENT), kernel_name="python3", timeout=600).execute()
     plain = time.perf_counter() - start

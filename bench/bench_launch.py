@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from bench import pick
 from distlab import launch
 
 WORLD_SIZE = 4
@@ -56,19 +57,20 @@ def _seconds(fn) -> float:
 
 def main() -> list[dict]:
     """Measure, print the table, and return its rows (seconds) for a top-level bench runner."""
+    warm_calls, spawn_calls = pick(WARM_CALLS, 2), pick(SPAWN_CALLS, 1)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # same loopback setup as distlab's ranks
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     launch.shutdown()  # a cold start, as in a fresh kernel that has already imported torch
     first = _seconds(lambda: launch.run(trivial, world_size=WORLD_SIZE))
     warm = statistics.median(_seconds(lambda: launch.run(trivial, world_size=WORLD_SIZE))
-                             for _ in range(WARM_CALLS))
+                             for _ in range(warm_calls))
     refork = _seconds(lambda: launch.run(trivial, world_size=WORLD_SIZE - 1))
     launch.shutdown()
 
     payload = cloudpickle.dumps(trivial)
     spawn = [_seconds(lambda: mp.spawn(_spawn_entry, args=(WORLD_SIZE, _free_port(), payload),
                                        nprocs=WORLD_SIZE, join=True))
-             for _ in range(SPAWN_CALLS)]
+             for _ in range(spawn_calls)]
     spawn_median = statistics.median(spawn)
     rows = [
         {"method": "distlab.run (zygote + warm pool)", "first_s": first, "warm_s": warm},
@@ -78,7 +80,7 @@ def main() -> list[dict]:
          "spawn_over_warm": spawn_median / warm},
     ]
     print(f"{WORLD_SIZE} ranks, gloo, {torch.get_num_threads()} torch threads in the parent, "
-          f"{os.cpu_count()} CPUs; warm = median of {WARM_CALLS} (spawn: of {SPAWN_CALLS})")
+          f"{os.cpu_count()} CPUs; warm = median of {warm_calls} (spawn: of {spawn_calls})")
     print(f"{'method':<38}{'first call':>12}{'warm call':>12}")
     for row in rows:
         warm_text = "" if row["warm_s"] is None else _fmt(row["warm_s"])

@@ -36,7 +36,7 @@ import os
 import statistics
 
 from autograder.reference import reference
-from bench import table
+from bench import pick, table
 
 S = 2  # stages, one per rank
 LAYERS, WIDTH, ROWS = 2, 512, 512  # per stage; the whole batch: ROWS x WIDTH float32
@@ -200,17 +200,19 @@ def main() -> list[dict]:
         return [[a for a in row if a is not None]
                 for row in gpipe_table(num_stages, num_microbatches)[0]]
 
+    microbatches, warmup, repeats, rounds = pick((MICROBATCHES, WARMUP, REPEATS, ROUNDS),
+                                                 ((4,), 1, 1, 1))
     cores, load_before = os.cpu_count(), os.getloadavg()[0]
     single = {"baseline: unsplit model, whole batch, 1 process": (1, None)}
     single.update({f"unsplit, {m} micro-batches accumulated, 1 process": (m, None)
-                   for m in MICROBATCHES})
-    piped = {f"{name}, S={S} ranks, M={m}": (m, make(S, m)) for m in MICROBATCHES
+                   for m in microbatches})
+    piped = {f"{name}, S={S} ranks, M={m}": (m, make(S, m)) for m in microbatches
              for name, make in (("GPipe", gpipe_order), ("1F1B", one_f_one_b_order))}
     samples = {name: [] for name in (*single, *piped)}
     results = {}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for world_size, variants in ((1, single), (S, piped)):
-            per_rank = run(_time_steps, run_stage, variants, WARMUP, REPEATS,
+            per_rank = run(_time_steps, run_stage, variants, warmup, repeats,
                            world_size=world_size, backend="gloo", timeout=300)
             for name in variants:
                 for steps in zip(*(r[name][0] for r in per_rank), strict=True):
@@ -220,7 +222,7 @@ def main() -> list[dict]:
                 results[name] = [r[name] for r in per_rank]  # per rank
     base_s = statistics.median(t for t, _ in samples[next(iter(single))])
     base_losses = results[next(iter(single))][0][3]
-    per_mb_bytes = {m: (LAYERS + 1) * ROWS // m * WIDTH * 4 for m in MICROBATCHES}
+    per_mb_bytes = {m: (LAYERS + 1) * ROWS // m * WIDTH * 4 for m in microbatches}
     rows = []
     for name, (m, order) in {**single, **piped}.items():
         seconds = statistics.median(t for t, _ in samples[name])
@@ -256,7 +258,7 @@ def main() -> list[dict]:
     load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     table(f"05 pipeline step (fwd+bwd), GPipe vs 1F1B on {S} gloo ranks ({cores} cores, one rank "
           f"each; load average {load}), {S} stages x {LAYERS} x Linear({WIDTH}, {WIDTH})+tanh, "
-          f"batch {ROWS} rows float32; ms = median of {REPEATS * ROUNDS}, slowest rank; ratio "
+          f"batch {ROWS} rows float32; ms = median of {repeats * rounds}, slowest rank; ratio "
           "vs the baseline (same run)", rows)
     return rows
 

@@ -32,7 +32,7 @@ import statistics
 import torch
 
 from autograder.reference import reference
-from bench import table
+from bench import pick, table
 
 ROWS, D, H = 128, 512, 2048  # b x d input, h = 4d hidden units, float32
 WARMUP, REPEATS, ROUNDS = 2, 7, 3  # per round; medians over REPEATS x ROUNDS steps
@@ -98,21 +98,23 @@ def main() -> list[dict]:
     from distlab import run
 
     tp_mlp, megatron_f_g = reference("tp_mlp"), reference("megatron_f_g")
+    world_sizes, warmup, repeats, rounds = pick((WORLD_SIZES, WARMUP, REPEATS, ROUNDS),
+                                                ((2,), 1, 1, 1))
     gen = torch.Generator().manual_seed(0)
     x, grad_y = torch.randn(ROWS, D, generator=gen), torch.randn(ROWS, D, generator=gen)
     params = [torch.randn(H, D, generator=gen) / D**0.5, torch.randn(H, generator=gen),
               torch.randn(D, H, generator=gen) / H**0.5, torch.randn(D, generator=gen)]
     cores, load_before = os.cpu_count(), os.getloadavg()[0]
     variants = {1: {"baseline: single-device MLP, 1 process": (_single_device_mlp, False)}}
-    for n in WORLD_SIZES:
+    for n in world_sizes:
         variants[n] = {f"tp_mlp (reference), {n} ranks": (tp_mlp, False),
                        f"tp_mlp on own shards, {n} ranks":
                            (functools.partial(_tp_mlp_own_shards, megatron_f_g), True)}
     slowest = {name: [] for per_n in variants.values() for name in per_n}
     calls = {}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for n, per_n in variants.items():
-            per_rank = run(_time_steps, per_n, x, params, grad_y, WARMUP, REPEATS,
+            per_rank = run(_time_steps, per_n, x, params, grad_y, warmup, repeats,
                            world_size=n, backend="gloo", timeout=300)
             for name in per_n:
                 slowest[name] += [max(ts) for ts in zip(*(r[name][0] for r in per_rank),
@@ -142,7 +144,7 @@ def main() -> list[dict]:
     load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     table(f"04 tensor-parallel MLP, one step (fwd+bwd), b={ROWS} d={D} h={H} float32, gloo, "
           f"{cores} cores (4 ranks oversubscribed; load average {load}); ms = median of "
-          f"{REPEATS * ROUNDS}, slowest rank; ratio vs the baseline (same run); bytes: "
+          f"{repeats * rounds}, slowest rank; ratio vs the baseline (same run); bytes: "
           "count_collectives, ring all-reduce", rows)
     return rows
 

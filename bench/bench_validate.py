@@ -22,7 +22,7 @@ from traitlets.config import Config
 
 from autograder import solved
 from autograder.validator import CourseValidator
-from bench import table
+from bench import pick, table
 from distlab.source import paths
 
 
@@ -58,7 +58,7 @@ def solved_learner_notebook(assignment: str) -> nbformat.NotebookNode:
 def main() -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for assignment in paths.assignment_ids():
+        for assignment in pick(paths.assignment_ids(), paths.assignment_ids()[:1]):
             untouched = paths.ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
             done = Path(tmp) / assignment / f"{assignment}.ipynb"
             done.parent.mkdir()

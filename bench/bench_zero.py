@@ -41,7 +41,7 @@ import os
 import statistics
 
 from autograder.reference import module, reference
-from bench import table
+from bench import pick, table
 
 # the notebook's BIG (64, 256, 128, 256, 64, 16) made 4x wider, the last layer one narrower
 WIDTHS = (256, 1024, 512, 1024, 256, 63)
@@ -174,19 +174,21 @@ def main() -> list[dict]:
     layer_sizes = [sum(t.numel() for t in layer.parameters()) for layer in model
                    if any(True for _ in layer.parameters())]
     psi = sum(sizes)
+    world_sizes, warmup, repeats, rounds = pick((WORLD_SIZES, WARMUP, REPEATS, ROUNDS),
+                                                ((2,), 1, 1, 1))
     cores, load_before = os.cpu_count(), os.getloadavg()[0]
-    slowest = {(n, stage): [] for n in WORLD_SIZES for stage in STAGES}
+    slowest = {(n, stage): [] for n in world_sizes for stage in STAGES}
     results = {}
-    for _ in range(ROUNDS):
-        for n in WORLD_SIZES:
-            per_rank = run(_time_stages, zero, WIDTHS, ROWS, WARMUP, REPEATS, world_size=n,
+    for _ in range(rounds):
+        for n in world_sizes:
+            per_rank = run(_time_stages, zero, WIDTHS, ROWS, warmup, repeats, world_size=n,
                            backend="gloo", timeout=300)
             for stage in STAGES:
                 slowest[n, stage] += [max(ts) for ts in zip(*(r[stage][0] for r in per_rank),
                                                             strict=True)]
                 results[n, stage] = [r[stage][1:] for r in per_rank]
     rows = []
-    for n in WORLD_SIZES:
+    for n in world_sizes:
         base_s = statistics.median(slowest[n, 0])
         for stage in STAGES:
             seconds = statistics.median(slowest[n, stage])
@@ -222,7 +224,7 @@ def main() -> list[dict]:
     load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     table(f"06 ZeRO stages 0-3, one AdamW step (fwd+bwd+step), MLP {'-'.join(map(str, WIDTHS))}"
           f" (Psi={psi} float32 in {len(sizes)} tensors), {ROWS} rows/rank, gloo, {cores} cores "
-          f"(4 ranks oversubscribed; load average {load}); ms = median of {REPEATS * ROUNDS}, "
+          f"(4 ranks oversubscribed; load average {load}); ms = median of {repeats * rounds}, "
           "slowest rank; ratio vs stage 0 on the same ranks (same run); bytes: live tensors "
           "after the step on the fullest rank, formula = reference model_state_bytes with fp32 "
           "AdamW widths (4, 4, 8); every rank's bytes match the layout's prediction", rows)

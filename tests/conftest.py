@@ -37,6 +37,7 @@ LONGEST_FIRST = (
     "system/test_adversarial_notebooks.py",  # 235
     "system/test_blank_strength.py",  # 155 (sampled)
     "system/test_exchange.py",  # 130
+    "system/test_bench.py",  # 100: make bench --quick, every table
     "test_shortcuts.py",  # 125
     "test_tensor_parallel.py",  # 70
     "test_data_parallel.py",  # 65
