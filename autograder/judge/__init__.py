@@ -58,18 +58,40 @@ def runner_command(slot: int = 0, limits=None) -> list[str]:
                         limits=limits or sandbox.Limits(), hidden=hidden, readable=readable)
 
 
-def runner_view() -> tuple[list[str], list[str]]:
-    """(hidden, readable) folders of the runner's sandbox: an allowlist. The course repository
-    is hidden whole (besides the sandbox's usual solutions/, grading folder and .git); of it,
-    only distlab (src/) and the judge's own package (autograder/judge/: the runner, its wire
-    and what the judge ships) are shown, read-only, and the Python environment where it lives
-    inside (.venv). So no hidden test, oracle, reference, stand-in, mutant or test suite can be
-    imported or read next to the learner's code: the rank harnesses and stand-ins a request
-    needs travel in it (shipping.py). `autograder` is a namespace package there."""
+AUTOGRADER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's folder
+
+
+def grading_side(autograder: str = AUTOGRADER) -> list[str]:
+    """Folders no learner code may see (the sandbox's `hidden`): the sandbox's usual ones, the
+    course repository whole (hidden tests, references, shortcut suites with their honest
+    answers, the solved sources, the git history), and the autograder package where pip
+    copied it outside the repository (a non-editable install puts it, hidden tests and all,
+    into the .venv that the sandbox must show)."""
     from autograder.judge import sandbox
 
-    judge_package = os.path.dirname(os.path.abspath(__file__))
-    return ([*sandbox.default_hidden(), str(ROOT)], [str(ROOT / "src"), judge_package])
+    hidden = [*sandbox.default_hidden(), str(ROOT)]
+    return hidden + ([autograder] if not autograder.startswith(f"{ROOT}{os.sep}") else [])
+
+
+def kernel_view() -> tuple[list[str], list[str]]:
+    """(hidden, readable) folders of the grading kernel's sandbox: an allowlist. Of the course,
+    only distlab (src/) is shown, read-only, with the Python environment where it lives inside
+    (.venv) and the one submission being graded (its working directory); the grading side is
+    not importable there (`autograder` is not found: the judge decides graded cells outside,
+    and the kernel's notices find no judge and say nothing). So a submission cannot read a
+    hidden test, a reference or a shortcut's honest answer and print it into its feedback."""
+    return grading_side(), [str(ROOT / "src")]
+
+
+def runner_view() -> tuple[list[str], list[str]]:
+    """(hidden, readable) folders of the runner's sandbox: the kernel's allowlist
+    (kernel_view) and the judge's own package (autograder/judge/: the runner, its wire and
+    what the judge ships), read-only. So no hidden test, oracle, reference, stand-in, mutant
+    or test suite can be imported or read next to the learner's code: the rank harnesses and
+    stand-ins a request needs travel in it (shipping.py). `autograder` is a namespace package
+    there."""
+    hidden, readable = kernel_view()
+    return hidden, [*readable, os.path.dirname(os.path.abspath(__file__))]
 
 
 class Runner:

@@ -55,8 +55,10 @@ def install_kernel(limits: GradingLimits, slot_number: int) -> Path:
     folder = GRADING / "jupyter" / f"slot{slot_number}"
     env = {**sandbox.default_env(), settings.JUDGE: "1"}
     if sandbox.available():  # no network of its own: CappedExecute talks to it over IPC
-        sandbox.kernelspec(folder, uid=sandbox.uid_for(slot_number),
-                           limits=limits.sandbox_limits(), env=env, network=False)
+        hidden, readable = judge.kernel_view()  # of the course: distlab, the .venv, the submission
+        sandbox.kernelspec(folder, uid=sandbox.uid_for(slot_number), hidden=hidden,
+                           readable=readable, limits=limits.sandbox_limits(), env=env,
+                           network=False)
     else:  # no root or no namespaces: the judge still decides, the kernel just runs as is
         spec = folder / "kernels" / sandbox.KERNEL_NAME
         spec.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from adversarial import ALL, KINDS
+from adversarial.snoop import SNOOPS
 from nbgrader.api import Gradebook
 
 from autograder import solved
@@ -274,7 +275,18 @@ def course():
     secrets = sorted({blank.answer for _, blanks in solved.solution_cells(ASSIGNMENT)
                       for blank in blanks if len(blank.answer) >= 8
                       and blank.answer not in visible})
-    return {"points": points, "max": sum(points.values()), "secrets": secrets}
+    return {"points": points, "max": sum(points.values()), "secrets": secrets,
+            "hidden_lines": hidden_lines(visible)}
+
+
+def hidden_lines(visible: str) -> list[str]:
+    """Long lines of the hidden tests, the references and the shortcut suites that neither
+    the released notebook nor distlab holds: one of them in a feedback page is a leak."""
+    shown = visible + "".join(p.read_text() for p in (ROOT / "src").rglob("*.py"))
+    files = [*(ROOT / "autograder" / "exercises").glob("*.py"), ROOT / "autograder" /
+             "reference.py", *(ROOT / "tests" / "shortcuts").glob("*.py")]
+    return sorted({line.strip() for path in files for line in path.read_text().splitlines()
+                   if len(line.strip()) >= 40 and line.strip() not in shown})
 
 
 def run_of(runs, name):
@@ -378,5 +390,19 @@ def test_feedback_exists_and_leaks_nothing(runs, course, name):
     leaked = [answer for answer in course["secrets"]
               if answer in text and json.dumps(answer)[1:-1] not in submitted]
     assert leaked == []
+    hidden = [line for line in course["hidden_lines"]
+              if line in text and json.dumps(line)[1:-1] not in submitted]
+    assert hidden == [], hidden[:5]
     if why := run["rows"][name]["not_graded_because"]:  # the page says why, in words
         assert "not graded" in page and html.escape(why) in page and len(why.strip()) > 10
+
+
+@pytest.mark.parametrize("name", sorted(SNOOPS))
+def test_a_snoop_ran_in_the_kernel_and_found_nothing(runs, name):
+    """Did each snoop (adversarial/snoop.py) run in the grading kernel, find no hidden test,
+    reference, shortcut or solved source, and say so in its feedback? (What it would have
+    printed is checked by test_feedback_exists_and_leaks_nothing.)"""
+    text = html.unescape(re.sub(r"<[^>]+>", "", run_of(runs, name)["feedback"][name]))
+    said = re.findall(r"snoop by [^:\n]*: [^\n]*", text)
+    assert len(said) == 1 and said[0].endswith(" found 0"), said
+    assert "FOUND /" not in text and "IMPORTED autograder" not in text

@@ -3,25 +3,34 @@ which calls nbgrader's Python API inside the Jupyter server, where no command li
 "autograde") must grade in the sandbox with the judge, like make grade and the CLI.
 """
 
+import re
+
 import nbformat
 import pytest
 from lab_server import ROOT, LabServer, unavailable
 
 ASSIGNMENT = "01_collectives"
 RELEASED = ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-TAMPER = ("import autograder.grade_cell as grading\n"
-          "grading.grade = lambda fn, points=None: print('score: 5 / 5') or 5.0\n"
-          "print('kernel uid', __import__('os').getuid())\n")
+TAMPER = ("print('kernel uid', __import__('os').getuid())\n"
+          "try:  # the grading side is not importable in the kernel: this fails there\n"
+          "    import autograder.grade_cell as grading\n"
+          "    grading.grade = lambda fn, points=None: print('score: 5 / 5') or 5.0\n"
+          "except ImportError:\n"
+          "    pass\n")
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
 
 def tampering_submission():
     """The untouched learner notebook (every blank empty) whose first exercise cell replaces
-    the grade() that graded cells call with one that claims full marks."""
+    the grade() that graded cells call with one that claims full marks, and which snoops for
+    the hidden tests after its first cell (adversarial/snoop.py)."""
+    from adversarial.snoop import SNOOPS
+
     nb = nbformat.read(str(RELEASED), as_version=4)
     first = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
     first.source = TAMPER + first.source
+    nb.cells[1:1] = [nbformat.v4.new_code_cell(code) for code in SNOOPS.values()]
     return nb
 
 
@@ -58,6 +67,9 @@ def test_the_formgrader_button_grades_with_the_judge(formgrader):
 
     if sandbox.available():  # the kernel ran as the slot's unprivileged uid, not as the server
         assert f"kernel uid {sandbox.uid_for(0)}" in texts, texts[:2000]
+    # nbgrader's Python API, called by the button, runs the same kernel: the snoops find nothing
+    said = re.findall(r"snoop by [^:\n]*: [^\n]*", texts)
+    assert len(said) == 3 and all(line.endswith(" found 0") for line in said), said
 
 
 def test_nbgrader_export_writes_into_the_grading_folder(formgrader):

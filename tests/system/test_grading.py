@@ -219,12 +219,18 @@ def test_honest_submissions_raise_no_tampering_warning(grading, graded):
 
 def test_nbgrader_cli_grades_like_make_grade(grading, graded):
     """Does `nbgrader autograde` itself (same config: sandbox and judge) give the solved
-    source the same full marks as make grade?"""
+    source the same full marks as make grade, and does its kernel see no more of the course
+    than make grade's: the solved source with the snoops of adversarial/snoop.py after its
+    first cell finds nothing?"""
+    from adversarial.snoop import SNOOPS
+
     grading, env = grading
     assignment = IDS[0]
     folder = grading / "submitted" / "cli" / assignment
     folder.mkdir(parents=True)
-    nbformat.write(solved.load(assignment), folder / f"{assignment}.ipynb")
+    submission = solved.load(assignment)
+    submission.cells[1:1] = [nbformat.v4.new_code_cell(code) for code in SNOOPS.values()]
+    nbformat.write(submission, folder / f"{assignment}.ipynb")
     overrides = {"db_url": f"sqlite:///{grading / 'gradebook.db'}"}
     nbgrader("autograde", assignment, "--student", "cli", "--force", env=env, timeout=900,
              **overrides)
@@ -233,6 +239,11 @@ def test_nbgrader_cli_grades_like_make_grade(grading, graded):
     with Gradebook(overrides["db_url"]) as book:
         score = book.find_submission(assignment, "cli").score
     assert score == float(graded[0][assignment]["solved"]["score"])
+    autograded = nbformat.read(grading / "autograded" / "cli" / assignment /
+                               f"{assignment}.ipynb", as_version=4)
+    said = [out.get("text", "").strip().splitlines()[-1] for cell in autograded.cells[1:4]
+            for out in cell.outputs if out.get("name") == "stdout"]
+    assert len(said) == 3 and all(line.endswith(" found 0") for line in said), said
 
 
 @pytest.mark.parametrize("assignment", IDS)

@@ -86,4 +86,4 @@ def kind(base: str, zero=(), exact=None, solve=(), earns=(), batch: int = 0,
 
 
 # the builders register themselves on import, in this order
-from adversarial import broken, hazards, honest, tamper  # noqa: E402,F401
+from adversarial import broken, hazards, honest, snoop, tamper  # noqa: E402,F401
