@@ -1,36 +1,45 @@
-"""The give-away check: can a blank be filled by copying what the learner has already read?
+"""The give-away check: can a blank be filled by copying what is on the learner's screen?
 
     python -m autograder.giveaway [IDS ...]        # also part of `make strength`
 
-For every blank, the text shown before it is every earlier cell as released (markdown, and code
-with its blanks and hints, hidden tests removed) and, in its own cell, the lines above it and
-its hint. Four findings, each with the file:line of the blank (and of the text that gives it):
+A floor under the review of ../shared/BLANKS.md, never the standard. The screen is everything a
+learner reads (BLANKS.md, "the cover test"): every cell of the released notebook, before and
+after the blank (markdown, code with its blanks and hints, the visible part of graded cells);
+what each cell prints when the solved notebook runs, where an executed copy is given
+(`executed=`: the autograded solved notebook that make test's grading leaves); and the source
+of every distlab helper the notebook imports (a module imported from, whole, with the captions
+its figures draw; a name imported from `distlab` itself, its definition). Findings, each with
+the file:line of the blank and where on the screen the answer stands:
 
-- GIVEN AWAY: the answer, whitespace removed, stands in that text. Short answers are exempt:
-  a single token (a name, a number, a string) or fewer than MIN_CHARS characters without
-  spaces, since `rank` or `0` stand everywhere and copying them teaches nothing either way.
-- SAME SHAPE: the answer with its variable names renamed stands in code shown before it
+- GIVEN AWAY: the answer, whitespace removed, stands on the screen. Answers of fewer than
+  MIN_TOKENS tokens are exempt (`rank` or `0` stand everywhere).
+- SAME SHAPE: the answer with its variable names renamed stands in code on the screen
   (`dist.all_reduce(t, op=...)` shown, `dist.all_reduce(grad, op=...)` asked). Names of
   modules, builtins, attributes and keyword arguments keep their spelling: they are the API.
   Answers of fewer than MIN_SHAPE_TOKENS tokens are exempt. Such a blank is rewritten, or
   carries its reason in the marker, `` # SHAPE `the general form is shown once, in the box` ``,
   and a notebook may hold at most MAX_SHAPES of them.
 - HINT: the hint states the answer (any answer that is not a lone name).
-- REPEATED: one answer shape (names renamed, numbers too) asked more than MAX_REPEATS times in
-  a notebook: `(i - step) % N`, `(r - step) % N` and `(rank - k) % N` are one idea.
+- REPEATED: one idea asked more than MAX_REPEATS times in a notebook: answers that match once
+  names and integer constants are abstracted and a trailing `± constant` is dropped, so
+  `(i - step) % N`, `(r - step + 1) % N` and `(rank - k) % N` are one idea.
+- API: a blank marked `# API` (recall of an API the seeds ask for by name): reported apart,
+  never checked further, never a failure.
 
-Any finding but a SAME SHAPE with its reason fails the check.
+Any finding but an API or a SAME SHAPE with its reason fails the check.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import builtins
 import io
 import keyword
 import re
 import sys
 import tokenize
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +56,7 @@ from distlab.source.markers import (
     split_clauses,
 )
 
-MIN_CHARS = 8  # a shorter answer (whitespace removed) is too short to be "given away"
+MIN_TOKENS = 3  # an answer of fewer tokens is too short to be "given away"
 MIN_SHAPE_TOKENS = 5  # an answer of fewer tokens has too little shape to be a copy
 MAX_SHAPES = 2  # same-shape blanks, each with its reason, a notebook may keep
 MAX_REPEATS = 2  # times one answer shape may be asked in a notebook
@@ -59,15 +68,16 @@ NAME = "ID"  # what every renamed variable becomes
 
 @dataclass
 class Finding:
-    kind: str  # GIVEN AWAY, SAME SHAPE, HINT, REPEATED
+    kind: str  # GIVEN AWAY, SAME SHAPE, HINT, REPEATED, API
     where: str  # file:line of the blank
     answer: str
     detail: str  # where the text stands, or the reason
     reason: str = ""  # a SAME SHAPE blank's reason from its marker
+    place: str = ""  # what on the screen gives it: markdown, code, graded cell, output, ...
 
     @property
     def fails(self) -> bool:
-        return not (self.kind == "SAME SHAPE" and self.reason)
+        return not (self.kind == "API" or (self.kind == "SAME SHAPE" and self.reason))
 
     def line(self) -> str:
         why = f" (reason: {self.reason})" if self.reason else ""
@@ -93,7 +103,11 @@ class Report:
 
     def text(self) -> str:
         counts = ", ".join(f"{len(self.of(kind))} {kind.lower()}" for kind in
-                           ("GIVEN AWAY", "SAME SHAPE", "HINT", "REPEATED"))
+                           ("GIVEN AWAY", "SAME SHAPE", "HINT", "REPEATED", "API"))
+        places = Counter(f.place for f in self.findings if f.place)
+        if places:
+            counts += " (the answer stands in: " + ", ".join(
+                f"{place} {n}" for place, n in places.most_common()) + ")"
         out = [f"{self.assignment}: {self.blanks} blanks, {counts}"]
         out += [f"  {f.line()}" for f in self.findings if not f.fails]
         out += [f"  FAIL {line}" for line in self.failures()]
@@ -105,11 +119,12 @@ class Report:
 
 @dataclass
 class Shown:
-    """One line of text a learner reads before a blank, and where it is."""
+    """One line of text on the learner's screen, and where it is."""
 
     where: str
     text: str
-    code: bool  # a code line (else markdown, or a hint)
+    code: bool  # a code line (else markdown, an output, or a hint)
+    place: str = "code"  # markdown, code, graded cell, output, distlab, hint
 
 
 def released_cell(cell) -> tuple[str, list[Blank]]:
@@ -186,90 +201,213 @@ def _kept_names(nb) -> set[str]:
 
 
 def _short(answer: str) -> bool:
-    return len(tokens(answer)) <= 1 or len(re.sub(r"\s", "", answer)) < MIN_CHARS
+    return len(tokens(answer)) < MIN_TOKENS
 
 
-def _reasons(line: str, count: int) -> list[str]:
-    """The `# SHAPE` reason of each blank of a solved line ("" where none)."""
+def _clauses(line: str, count: int) -> list[dict[str, str]]:
+    """For each blank of a solved line, its give-away clauses: {"SHAPE": reason, "API": ""}."""
     column = comment_start(line)
     marker = MARKER.match(line[column:]) if column is not None else None
     rest = marker["rest"] if marker else ""
     while (span := SPAN.match(rest)) is not None:
         rest = rest[span.end():]
-    reasons = [""] * count
+    found: list[dict[str, str]] = [{} for _ in range(count)]
     for clause in split_clauses(rest)[1]:
-        if clause.kind == "SHAPE":
+        if clause.kind in ("SHAPE", "API"):
             index = (clause.which or 1) - 1
             if 0 <= index < count:
-                reasons[index] = " ".join(clause.answers)
-    return reasons
+                found[index][clause.kind] = " ".join(clause.answers)
+    return found
+
+
+def idea(answer_shape: list[str]) -> tuple[str, ...]:
+    """An answer's idea: its shape with integer constants abstracted and every `± constant`
+    that ends an expression (before `)`, `]`, `,`, `:` or the end) dropped."""
+    out = ["0" if re.fullmatch(r"\d+", t) else t for t in answer_shape]
+    k = 0
+    while k + 1 < len(out):
+        if out[k] in "+-" and out[k + 1] == "0" and (k + 2 == len(out)
+                                                      or out[k + 2] in (")", "]", ",", ":")):
+            del out[k:k + 2]
+        else:
+            k += 1
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- the screen
+
+
+def _outputs(nb, executed, here) -> list[Shown]:
+    """What each cell of `executed` (the solved notebook, run) printed, as lines of the
+    screen, placed at the cell of `nb` with the same grade_id."""
+    if executed is None:
+        return []
+    printed = {}
+    for cell in executed.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        texts = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                texts.append(out.get("text", ""))
+            elif "data" in out:
+                texts.append(out["data"].get("text/plain", ""))
+        if grade_id:
+            printed[grade_id] = "".join(texts)
+    shown = []
+    for index, cell in enumerate(nb.cells):
+        text = printed.get(cell.metadata.get("nbgrader", {}).get("grade_id"), "")
+        shown += [Shown(f"output of {here(index, 1)}", line, False, "output")
+                  for line in text.split("\n") if line.strip()]
+    return shown
+
+
+DISTLAB = Path(paths.__file__).resolve().parents[1]  # src/distlab
+
+
+def _module_file(module: str) -> Path | None:
+    parts = module.split(".")[1:]
+    for candidate in (DISTLAB.joinpath(*parts).with_suffix(".py"),
+                      DISTLAB.joinpath(*parts, "__init__.py")):
+        if parts and candidate.is_file():
+            return candidate
+    return None
+
+
+def _definition(path: Path, name: str) -> tuple[int, list[str]] | None:
+    """(first line, lines) of top-level `name` in the module at path, following the
+    module's own `from distlab.x import name` (how distlab/__init__.py re-exports)."""
+    tree = ast.parse(path.read_text())
+    lines = path.read_text().split("\n")
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
+                and node.name == name:
+            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            return first, lines[first - 1:node.end_lineno]
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("distlab") \
+                and any(alias.name == name for alias in node.names):
+            target = _module_file(node.module)
+            return _definition(target, name) if target else None
+    return None
+
+
+def _distlab_screen(nb) -> list[Shown]:
+    """The source a learner is one `??` away from: each distlab module the notebook imports
+    from, whole (its helpers and the captions its figures draw), and each name it imports from
+    `distlab` itself (the launcher and the blanks: plumbing), its definition only."""
+    shown, seen = [], set()
+    root = DISTLAB.parents[1]
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(HIDDEN.sub("", cell.source))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom)
+                    and (node.module or "").startswith("distlab")):
+                continue
+            path = (DISTLAB / "__init__.py" if node.module == "distlab"
+                    else _module_file(node.module))
+            if path is None:
+                continue
+            where = path.relative_to(root) if path.is_relative_to(root) else path
+            if node.module != "distlab":
+                if path not in seen:
+                    seen.add(path)
+                    shown += [Shown(f"{where}:{row}", line, True, "distlab")
+                              for row, line in enumerate(path.read_text().split("\n"), 1)]
+                continue
+            for alias in node.names:
+                found = _definition(path, alias.name)
+                if found and (path, alias.name) not in seen:
+                    seen.add((path, alias.name))
+                    first, lines = found
+                    shown += [Shown(f"distlab.{alias.name}, {where}", line, True, "distlab")
+                              for line in lines]
+    return shown
 
 
 # ---------------------------------------------------------------- the check
 
 
-def check_assignment(assignment: str, solutions: Path = paths.SOLUTIONS) -> Report:
+def check_assignment(assignment: str, solutions: Path = paths.SOLUTIONS,
+                     executed=None) -> Report:
+    """The findings of one notebook. executed: the solved notebook with its outputs (as nbgrader
+    autogrades it), whose printed lines are on the screen too; None: they are not read."""
     path = paths.source_path(assignment, solutions)
     shown_path = path.relative_to(paths.ROOT) if path.is_relative_to(paths.ROOT) else path
     nb = solved.load(assignment, solutions)
     firsts = _first_lines(path, nb)
     kept = _kept_names(nb)
-    report = Report(assignment)
-    seen: list[Shown] = []  # every line of the cells before the current one
-    asked: dict[tuple, list[str]] = {}  # answer shape -> where it is asked
+
+    def here(index: int, row: int) -> str:
+        return f"{shown_path}:{firsts[index] + row - 1}"
+
+    screen: list[Shown] = []
+    released = []
     for index, cell in enumerate(nb.cells):
         text, blanks = released_cell(cell)
-        lines = text.split("\n")
+        released.append((text, blanks))
+        place = ("markdown" if cell.cell_type != "code" else "graded cell"
+                 if cell.metadata.get("nbgrader", {}).get("grade") else "code")
+        screen += [Shown(here(index, row), line, cell.cell_type == "code", place)
+                   for row, line in enumerate(text.split("\n"), start=1)]
+    screen += _outputs(nb, executed, here) + _distlab_screen(nb)
+    report = Report(assignment)
+    asked: dict[tuple, list[tuple[str, str]]] = {}  # idea -> where it is asked
+    for index, (cell, (_, blanks)) in enumerate(zip(nb.cells, released, strict=True)):
         solved_lines = cell.source.split("\n")
-        here = lambda row, first=firsts[index]: f"{shown_path}:{first + row - 1}"  # noqa: E731
         for blank in blanks:
             report.blanks += 1
-            where = here(blank.line)
+            where = here(index, blank.line)
             on_line = [b for b in blanks if b.line == blank.line]
-            reason = _reasons(solved_lines[blank.line - 1], len(on_line))[on_line.index(blank)]
-            above = [Shown(here(row), lines[row - 1], cell.cell_type == "code")
-                     for row in range(1, blank.line)]
-            hint = [Shown(where, f"# {blank.hint}", False)] if blank.hint else []
-            before = seen + above + hint
-            _one_blank(report, blank, where, reason, before, hint, kept, asked)
-        seen += [Shown(here(row), line, cell.cell_type == "code")
-                 for row, line in enumerate(lines, start=1)]
+            clauses = _clauses(solved_lines[blank.line - 1], len(on_line))[on_line.index(blank)]
+            if "API" in clauses:
+                report.findings.append(Finding("API", where, blank.answer, "API recall, "
+                                               "marked # API: not checked"))
+                continue
+            hint = [Shown(where, f"# {blank.hint}", False, "hint")] if blank.hint else []
+            _one_blank(report, blank, where, clauses.get("SHAPE", ""), screen, hint, kept,
+                       asked)
     for places in asked.values():
         if len(places) > MAX_REPEATS:
             report.findings.append(Finding(
                 "REPEATED", places[0][0], places[0][1],
-                f"the same answer shape is asked {len(places)} times (at most {MAX_REPEATS}): "
-                + ", ".join(where for where, _ in places)))
+                f"one idea is asked {len(places)} times (at most {MAX_REPEATS}): "
+                + ", ".join(f"{where} `{answer}`" for where, answer in places)))
     return report
 
 
-def _one_blank(report: Report, blank: Blank, where: str, reason: str, before: list[Shown],
+def _one_blank(report: Report, blank: Blank, where: str, reason: str, screen: list[Shown],
                hint: list[Shown], kept: set[str], asked: dict) -> None:
     answer = blank.answer
     flat = re.sub(r"\s", "", answer)
     answer_tokens = tokens(answer)
+    answer_shape = shape(answer_tokens, kept)
+    if len(answer_tokens) >= MIN_SHAPE_TOKENS:
+        asked.setdefault(idea(answer_shape), []).append((where, answer))
     if answer_tokens and not (len(answer_tokens) == 1 and answer_tokens[0].isidentifier()):
         hint_tokens = [t for item in hint for t in tokens(item.text.lstrip("# "))]
         if hint_tokens and _contains(hint_tokens, answer_tokens):
             report.findings.append(Finding("HINT", where, answer, f"its hint says it: "
-                                           f"{blank.hint}"))
+                                           f"{blank.hint}", place="hint"))
             return
     if not _short(answer):
-        for item in before:
+        for item in screen:
             if flat in re.sub(r"\s", "", item.text).replace(BLANK, "\x01"):
                 report.findings.append(Finding("GIVEN AWAY", where, answer,
-                                               f"it stands at {item.where}: "
-                                               f"{item.text.strip()[:90]}"))
+                                               f"it stands in {item.place} at {item.where}: "
+                                               f"{item.text.strip()[:90]}", place=item.place))
                 return
-    answer_shape = shape(answer_tokens, kept)
     if len(answer_tokens) >= MIN_SHAPE_TOKENS:
-        idea = tuple("0" if re.fullmatch(r"\d+(\.\d*)?", t) else t for t in answer_shape)
-        asked.setdefault(idea, []).append((where, answer))
-        for piece_where, piece in _code_pieces(before):
+        places = {item.where: item.place for item in screen}
+        for piece_where, piece in _code_pieces(screen):
             if _contains(shape(tokens(piece), kept), answer_shape):
                 report.findings.append(Finding("SAME SHAPE", where, answer,
-                                               f"its shape stands at {piece_where}: "
-                                               f"{piece.strip()[:90]}", reason))
+                                               f"its shape stands in {places[piece_where]} at "
+                                               f"{piece_where}: {piece.strip()[:90]}", reason,
+                                               place=places[piece_where]))
                 return
 
 
@@ -282,6 +420,7 @@ def _first_lines(path: Path, nb) -> list[int]:
 
 def check(ids: list[str] | None = None,
           solutions: Path = paths.SOLUTIONS) -> list[Report]:
+    """Every notebook's findings (without outputs: the CLI runs no notebook)."""
     return [check_assignment(a, solutions) for a in ids or paths.assignment_ids(solutions)]
 
 

@@ -54,7 +54,7 @@ def answer_lists(line: str, count: int, where: str = "<cell>") -> list[tuple[tup
         rest = rest[span.end():]
     lists: list[tuple[list, list]] = [([], []) for _ in range(count)]
     for clause in split_clauses(rest, where)[1]:
-        if clause.kind == "SHAPE":  # a reason for the give-away check, not an answer
+        if clause.kind in ("SHAPE", "API"):  # for the give-away check, not answers
             continue
         if clause.which is None and count > 1:
             raise MarkerError(f"{where}: the line has {count} blanks: say which one the "

@@ -2,7 +2,13 @@
 
 import pytest
 
-from distlab.source.markers import MarkerError, blank_line, blank_source, check_released
+from distlab.source.markers import (
+    MarkerError,
+    blank_line,
+    blank_source,
+    check_released,
+    split_clauses,
+)
 
 
 def released(line):
@@ -117,3 +123,11 @@ def test_an_accept_list_without_backticks_is_refused_with_its_place():
     """Is `# ACCEPT` without backticks an error naming the file and line?"""
     with pytest.raises(MarkerError, match="nb.py:3: ACCEPT and REJECT take answers"):
         blank_source("x = 1\ny = 2\nz = x + y  # BLANK hint # ACCEPT y + x", "nb.py")
+
+
+def test_an_api_clause_takes_no_answers_and_is_kept_apart():
+    """Is `# API` read as a clause of its own (the hint before it), refused with answers?"""
+    hint, [clause] = split_clauses("reshuffle each epoch # API", "nb.py:4")
+    assert hint == "reshuffle each epoch" and clause.kind == "API" and clause.answers == ()
+    with pytest.raises(MarkerError, match="nb.py:4: # API takes no answers"):
+        split_clauses("hint # API `set_epoch`", "nb.py:4")

@@ -9,7 +9,9 @@ class HideTests(ClearHiddenTests):
     """Remove hidden-test source from graded cells and reduce their errors to one line.
 
     A traceback from a graded cell would quote the hidden test's lines, so an error output
-    keeps only its type and message. A learner's own cell may hold the markers too (a copied
+    keeps only its type and message; so does one from any cell that held the markers (a
+    graded cell copied as an ordinary one raises there: the kernel cannot import the grading
+    side). A learner's own cell may hold the markers too (a copied
     graded cell, or on purpose): its region is cut like any other, and a BEGIN without its END
     cuts the rest of the cell, where nbgrader would stop and leave the learner no feedback.
     """
@@ -21,6 +23,7 @@ class HideTests(ClearHiddenTests):
     display_data_priority = List(GetGrades.display_data_priority.default_value).tag(config=True)
 
     def preprocess_cell(self, cell, resources, cell_index):
+        held_tests = self.begin_test_delimeter in cell.source
         try:
             cell, resources = super().preprocess_cell(cell, resources, cell_index)
         except RuntimeError:  # unbalanced markers
@@ -28,7 +31,7 @@ class HideTests(ClearHiddenTests):
             start = next((i for i, line in enumerate(lines)
                           if self.begin_test_delimeter in line), len(lines))
             cell.source = "\n".join(lines[:start])
-        if cell.cell_type == "code" and utils.is_grade(cell):
+        if cell.cell_type == "code" and (utils.is_grade(cell) or held_tests):
             for output in cell.get("outputs", []):
                 if output.get("output_type") == "error":
                     output["traceback"] = [f"{output.get('ename')}: {output.get('evalue')}"]

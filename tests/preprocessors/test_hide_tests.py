@@ -24,3 +24,19 @@ def test_hidden_source_and_traceback_are_removed():
     assert "secret_oracle" not in out.source
     assert out.outputs[1]["traceback"] == ["AssertionError: wrong sum"]
     assert out.outputs[0]["text"] == "✗ f\n"
+
+
+def test_an_ordinary_cell_that_held_hidden_tests_keeps_only_the_message():
+    """A graded cell copied as an ordinary one (no grade metadata) raises in the grading kernel,
+    which cannot import the grading side: is its traceback, which quotes the region, cut too,
+    and an ordinary cell's traceback left whole?"""
+    source = "### BEGIN HIDDEN TESTS\nfrom autograder.grade_cell import grade\n### END HIDDEN TESTS"
+    error = new_output("error", ename="ModuleNotFoundError", evalue="No module named 'autograder'",
+                       traceback=["Traceback", "### BEGIN HIDDEN TESTS", "from autograder..."])
+    plain = new_output("error", ename="ValueError", evalue="mine", traceback=["Traceback", "x"])
+    nb = new_notebook(cells=[new_code_cell(source, outputs=[error]),
+                             new_code_cell("raise ValueError('mine')", outputs=[plain])])
+    nb, _ = HideTests().preprocess(nb, {})
+    assert nb.cells[0].outputs[0]["traceback"] == [
+        "ModuleNotFoundError: No module named 'autograder'"]
+    assert nb.cells[1].outputs[0]["traceback"] == ["Traceback", "x"]

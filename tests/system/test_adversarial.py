@@ -403,6 +403,6 @@ def test_a_snoop_ran_in_the_kernel_and_found_nothing(runs, name):
     reference, shortcut or solved source, and say so in its feedback? (What it would have
     printed is checked by test_feedback_exists_and_leaks_nothing.)"""
     text = html.unescape(re.sub(r"<[^>]+>", "", run_of(runs, name)["feedback"][name]))
-    said = re.findall(r"snoop by [^:\n]*: [^\n]*", text)
+    said = re.findall(r"snoop by [^:\n]*: [^\n{]*found \d+", text)
     assert len(said) == 1 and said[0].endswith(" found 0"), said
     assert "FOUND /" not in text and "IMPORTED autograder" not in text

@@ -21,8 +21,9 @@ from pathlib import Path
 import nbformat
 import pytest
 import shortcuts
+from rewrites import until_rewritten
 
-from autograder import solved
+from autograder import giveaway, solved
 from autograder.nbgrader_cli import nbgrader
 from distlab.source import paths
 from distlab.source.markers import blank_source
@@ -244,6 +245,18 @@ def test_nbgrader_cli_grades_like_make_grade(grading, graded):
     said = [out.get("text", "").strip().splitlines()[-1] for cell in autograded.cells[1:4]
             for out in cell.outputs if out.get("name") == "stdout"]
     assert len(said) == 3 and all(line.endswith(" found 0") for line in said), said
+
+
+@pytest.mark.parametrize("assignment", [until_rewritten(a) for a in IDS])
+def test_what_the_solved_notebook_prints_gives_no_blank_away(grading, graded, assignment):
+    """The give-away check with what each cell printed on the screen too: the solved
+    submission as make grade ran it (the executed copy the check reuses: it runs nothing)."""
+    grading, _ = grading
+    executed = nbformat.read(grading / "autograded" / "solved" / assignment /
+                             f"{assignment}.ipynb", as_version=4)
+    assert any(cell.get("outputs") for cell in executed.cells)
+    report = giveaway.check_assignment(assignment, executed=executed)
+    assert report.failures() == [], report.text()
 
 
 @pytest.mark.parametrize("assignment", IDS)

@@ -20,6 +20,12 @@ for the blank-strength check (autograder/strength/) and never reach the learner:
 
     dst = (r + k) % N  # BLANK k places to the right # ACCEPT `(k + r) % N` # REJECT `r + k`
     x = f(a) + g(b)    # BLANK `f(a)` `g(b)` both # ACCEPT 2 `g(b=b)` # REJECT 1 `f(b)`
+
+`# API` (no answers; a number for one blank of several) marks a blank that asks API recall
+the seeds ask for by name (the backend, `DDP(...)`, `set_epoch`): the give-away check reports
+it apart and never fails it (autograder/giveaway.py, ../shared/BLANKS.md):
+
+    sampler.set_epoch(epoch)  # BLANK so each epoch shuffles differently # API
 """
 
 from __future__ import annotations
@@ -55,15 +61,15 @@ class Blank:
 
 
 SOLUTION_FENCE = re.compile(r"^\s*### (?:BEGIN|END) SOLUTION\s*$")
-CLAUSE_START = re.compile(r"#\s*(?:ACCEPT|REJECT|SHAPE)\b")
-CLAUSE = re.compile(r"\s*#\s*(?P<kind>ACCEPT|REJECT|SHAPE)\b(?:\s+(?P<which>\d+))?"
-                    r"(?P<items>(?:\s*`[^`]+`)+)\s*")
+CLAUSE_START = re.compile(r"#\s*(?:ACCEPT|REJECT|SHAPE|API)\b")
+CLAUSE = re.compile(r"\s*#\s*(?P<kind>ACCEPT|REJECT|SHAPE|API)\b(?:\s+(?P<which>\d+))?"
+                    r"(?P<items>(?:\s*`[^`]+`)*)\s*")
 ITEM = re.compile(r"`([^`]+)`")
 
 
 @dataclass(frozen=True)
 class Clause:
-    kind: str  # "ACCEPT", "REJECT" or "SHAPE" (a reason for the give-away check)
+    kind: str  # "ACCEPT", "REJECT", "SHAPE" (a reason for the give-away check) or "API"
     which: int | None  # which blank of the line (1 = leftmost); None: the line's only blank
     answers: tuple[str, ...]
 
@@ -81,7 +87,13 @@ def split_clauses(rest: str, where: str = "<cell>") -> tuple[str, list[Clause]]:
             raise MarkerError(f"{where}: ACCEPT and REJECT take answers in backticks, "
                               f"`like this`; cannot read: {tail.strip()}")
         which = int(match["which"]) if match["which"] else None
-        clauses.append(Clause(match["kind"], which, tuple(ITEM.findall(match["items"]))))
+        answers = tuple(ITEM.findall(match["items"]))
+        if match["kind"] == "API" and answers:
+            raise MarkerError(f"{where}: # API takes no answers: {tail.strip()}")
+        if match["kind"] != "API" and not answers:
+            raise MarkerError(f"{where}: ACCEPT and REJECT take answers in backticks, "
+                              f"`like this`; cannot read: {tail.strip()}")
+        clauses.append(Clause(match["kind"], which, answers))
         tail = tail[match.end():]
     return hint, clauses
 
