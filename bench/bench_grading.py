@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 
 from autograder import solved
-from bench import pick, table
+from bench import execute, pick, table
 from distlab.source import paths
 
 ASSIGNMENT = "01_collectives"
@@ -122,7 +121,7 @@ def main(students: int = 4) -> list[dict]:
             [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--student",
              "student00", "--force"], env)
     start = time.perf_counter()
-    NotebookClient(solved.load(ASSIGNMENT), kernel_name="python3", timeout=600).execute()
+    execute(solved.load(ASSIGNMENT))
     plain = time.perf_counter() - start
     per_minute = 60 * students
     rows = [

@@ -11,16 +11,15 @@ from __future__ import annotations
 import time
 
 import nbformat
-from nbclient import NotebookClient
 
 from autograder import solved
-from bench import pick, table
+from bench import execute, pick, table
 from distlab.source import paths
 
 
 def wall_time(nb) -> float:
     start = time.perf_counter()
-    NotebookClient(nb, kernel_name="python3", timeout=600, allow_errors=False).execute()
+    execute(nb)
     return time.perf_counter() - start
 
 

@@ -22,6 +22,7 @@ def test_every_benchmark_runs_to_the_end_in_quick_mode(quick_bench):
     out = quick_bench.stdout + quick_bench.stderr
     assert quick_bench.returncode == 0, out[-6000:]
     assert "Traceback" not in out, out[-6000:]
+    assert "WARNING" not in out and "Warning" not in out, out[-6000:]  # warnings are defects
     for name in MODULES:
         assert f"({name}: " in quick_bench.stdout, f"{name} did not finish:\n{out[-3000:]}"
 
