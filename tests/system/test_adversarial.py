@@ -406,3 +406,21 @@ def test_a_snoop_ran_in_the_kernel_and_found_nothing(runs, name):
     said = re.findall(r"snoop by [^:\n]*: [^\n{]*found \d+", text)
     assert len(said) == 1 and said[0].endswith(" found 0"), said
     assert "FOUND /" not in text and "IMPORTED autograder" not in text
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_the_csv_and_the_class_report_hold_no_hidden_test(runs, course, batch):
+    """Do the grades CSV and the class report (`python -m autograder.report`, which shows what
+    each student wrote in the blanks and the hidden test's complaint) of a batch full of
+    snoops and attacks hold no line of a hidden test, a reference or a shortcut suite?"""
+    grading = runs[batch]["grading"]
+    env = dict(os.environ, DISTLAB_GRADING_DIR=str(grading))
+    result = subprocess.run([sys.executable, "-m", "autograder.report", ASSIGNMENT],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    pages = [html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+             for page in (grading / "reports").glob("*.html")]
+    assert pages, result.stdout
+    texts = [*pages, (grading / "grades" / f"{ASSIGNMENT}.csv").read_text()]
+    found = [line for line in course["hidden_lines"] for text in texts if line in text]
+    assert found == [], found[:5]
