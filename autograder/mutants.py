@@ -454,13 +454,18 @@ def generate(answer: str, scope: Scope | None = None, before: str = "",
 
 
 def merge(made: list[Mutant], accepted=(), rejected=()) -> list[Mutant]:
-    """Generated mutants, then hand-written REJECTs, then ACCEPTed answers; a generated mutant
-    that is an accepted answer is marked accepted (it must pass)."""
+    """Generated mutants, then hand-written REJECTs, then ACCEPTed answers. A generated mutant
+    that is also written by hand takes the hand-written kind (an ACCEPT must pass): the
+    sampled check runs every ACCEPT and REJECT, and a drill verdict settles only generated
+    mutants, so a planted answer is never dropped for having been generated too."""
     accepted_texts = {normalized(text) for text in accepted}
+    rejected_texts = {normalized(text) for text in rejected}
     out: dict[str, Mutant] = {}
     for mutant in made:
         key = normalized(mutant.text)
-        out.setdefault(key, Mutant(mutant.text, mutant.kind, key in accepted_texts))
+        kind = ("ACCEPT" if key in accepted_texts else "REJECT" if key in rejected_texts
+                else mutant.kind)
+        out.setdefault(key, Mutant(mutant.text, kind, key in accepted_texts))
     for text in rejected:
         out.setdefault(normalized(text), Mutant(text, "REJECT"))
     for text in accepted:
