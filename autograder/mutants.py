@@ -75,6 +75,12 @@ class Mutant:
     text: str  # what goes into the blank
     kind: str  # how it was made, for the report ("REJECT" and "ACCEPT": from the marker)
     accepted: bool = False  # an accepted equivalent: it must pass
+    written: bool = False  # generated, and in the marker's ACCEPT or REJECT list too
+
+    @property
+    def by_hand(self) -> bool:
+        """Written in the marker's ACCEPT or REJECT list (the sampled check runs them all)."""
+        return self.written or self.kind in ("ACCEPT", "REJECT")
 
 
 @dataclass
@@ -455,19 +461,18 @@ def generate(answer: str, scope: Scope | None = None, before: str = "",
 
 def merge(made: list[Mutant], accepted=(), rejected=()) -> list[Mutant]:
     """Generated mutants, then hand-written REJECTs, then ACCEPTed answers. A generated mutant
-    that is also written by hand takes the hand-written kind (an ACCEPT must pass): the
-    sampled check runs every ACCEPT and REJECT, and a drill verdict settles only generated
-    mutants, so a planted answer is never dropped for having been generated too."""
+    that is also written by hand keeps its kind and is marked `written` (and `accepted`, for an
+    ACCEPT: it must pass): the sampled check runs every written one, as a drill verdict never
+    settles it, so a planted answer is not dropped for having been generated too."""
     accepted_texts = {normalized(text) for text in accepted}
-    rejected_texts = {normalized(text) for text in rejected}
+    written = accepted_texts | {normalized(text) for text in rejected}
     out: dict[str, Mutant] = {}
     for mutant in made:
         key = normalized(mutant.text)
-        kind = ("ACCEPT" if key in accepted_texts else "REJECT" if key in rejected_texts
-                else mutant.kind)
-        out.setdefault(key, Mutant(mutant.text, kind, key in accepted_texts))
+        out.setdefault(key, Mutant(mutant.text, mutant.kind, key in accepted_texts,
+                                   key in written))
     for text in rejected:
-        out.setdefault(normalized(text), Mutant(text, "REJECT"))
+        out.setdefault(normalized(text), Mutant(text, "REJECT", written=True))
     for text in accepted:
-        out.setdefault(normalized(text), Mutant(text, "ACCEPT", True))
+        out.setdefault(normalized(text), Mutant(text, "ACCEPT", True, written=True))
     return list(out.values())

@@ -34,10 +34,11 @@ LONGEST_FIRST = (
     "system/test_grading.py",  # 605
     "system/test_adversarial.py",  # 570
     "system/test_browser.py",  # 320
+    "test_contract.py",  # ~300 (175 on 2 workers): every exercise, one grade() per blank
     "system/test_adversarial_notebooks.py",  # 235
     "system/test_blank_strength.py",  # 155 (sampled)
     "system/test_exchange.py",  # 130
-    "system/test_bench.py",  # 100: make bench --quick, every table
+    "system/test_bench.py",  # 175: python -m bench --quick, every table
     "test_shortcuts.py",  # 125
     "test_tensor_parallel.py",  # 70
     "test_data_parallel.py",  # 65

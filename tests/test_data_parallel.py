@@ -1,19 +1,18 @@
-"""Notebook 03 (data parallel): do the reference answers pass their hidden tests, do answers with
-one wrong blank fail them, do other correct answers pass, and do the notebook's helpers (the
-instruments on the ranks, the pictures) do what the notebook says?
+"""Notebook 03 (data parallel): what is particular to it: hangs and broken broadcasts, the
+judge naming a blank, and the notebook's helpers (the instruments on the ranks, the pictures)
+doing what the notebook says. (What every exercise promises: tests/test_contract.py.)
 
 Run: .venv/bin/python -m pytest tests/test_data_parallel.py -q   (about a minute on 2 cores;
 most of it real gloo ranks)
 """
 
 import time
-import warnings
 
 import matplotlib
 import numpy as np
 import pytest
 
-from autograder import diagnose, grade_cell, reference
+from autograder import reference
 from autograder.exercises import data_parallel as hidden
 
 matplotlib.use("Agg")
@@ -25,87 +24,8 @@ nb = Notebook(ASSIGNMENT)
 UNITS = ["sync_sgd_step", "broadcast_parameters", "ddp_train", "DDPIndividualParameters",
          "DDPBucketed", "accumulated_step", "ParameterServer"]
 
-# One or more plausible mistakes per blank: (unit, blank number, what a learner might write).
-WRONG = [
-    ("sync_sgd_step", 1, "dist.all_reduce(p.grad, op=dist.ReduceOp.MAX)"),
-    ("sync_sgd_step", 1, "dist.all_reduce(p, op=dist.ReduceOp.SUM)"),  # the weights, not grads
-    ("sync_sgd_step", 2, "pass"),  # forgot to average
-    ("sync_sgd_step", 2, "p.grad /= 2"),  # right on 2 ranks only
-    ("broadcast_parameters", 1, "module.parameters()"),  # buffers left behind
-    ("broadcast_parameters", 1, "list(module.parameters()) * 2 + list(module.buffers())"),
-    ("ddp_train", 1, '"nccl"'),  # the seed's answer: no GPU here
-    ("ddp_train", 2, "model"),  # no wrapper: nobody averages
-    ("ddp_train", 2, "DDP(model, device_ids=[rank])"),  # the seed's answer: not on CPU
-    ("ddp_train", 3, "None"),
-    ("ddp_train", 3, "DistributedSampler(dataset, num_replicas=world_size, rank=0)"),
-    ("ddp_train", 3, "DistributedSampler(dataset, shuffle=False)"),
-    ("ddp_train", 4, "True"),
-    ("ddp_train", 5, "sampler.set_epoch(0)"),
-    ("ddp_train", 5, "pass"),
-    ("DDPIndividualParameters", 1, "dist.all_reduce(param.grad)"),  # blocks, returns None
-    ("DDPIndividualParameters", 1, "dist.all_reduce(param.grad.clone(), async_op=True)"),
-    ("DDPIndividualParameters", 2, "pass"),  # the sum, not the mean
-    ("DDPBucketed", 1, "params"),  # buckets in forward order
-    ("DDPBucketed", 2, "self._arrived[index] == 1"),  # before the bucket is complete
-    ("DDPBucketed", 2, "self._arrived[index] > len(bucket)"),  # never
-    ("DDPBucketed", 3, "torch.cat([p.flatten() for p in bucket])"),  # the weights
-    ("DDPBucketed", 4, "p.copy_(piece.view_as(p))"),  # into the weights
-    ("DDPBucketed", 4, "pass"),
-    ("accumulated_step", 1, "True"),  # every micro-batch communicates (counted)
-    ("accumulated_step", 1, "i == 0"),
-    ("accumulated_step", 2, "F.cross_entropy(model(x), y)"),  # k times too large
-    ("ParameterServer", 1, "self.params"),  # a reference: changes under the worker
-    ("ParameterServer", 2, "version - self.version"),
-    ("ParameterServer", 2, "0"),
-]
-
-# Other correct answers: they must earn the points.
-RIGHT = [
-    ("sync_sgd_step", 1, "dist.all_reduce(p.grad)"),
-    ("sync_sgd_step", 2, "p.grad /= dist.get_world_size()"),
-    ("broadcast_parameters", 1, "module.state_dict().values()"),
-    ("ddp_train", 1, "dist.Backend.GLOO"),
-    ("ddp_train", 3, "DistributedSampler(dataset)"),
-    ("ddp_train", 4, "None"),
-    ("DDPIndividualParameters", 1,
-     "dist.all_reduce(param.grad, op=dist.ReduceOp.SUM, async_op=True)"),
-    ("DDPBucketed", 1, "params[::-1]"),
-    ("DDPBucketed", 2, "self._arrived[index] >= len(bucket)"),
-    ("DDPBucketed", 3, "torch._utils._flatten_dense_tensors([p.grad for p in bucket])"),
-    ("DDPBucketed", 4, "p.grad.copy_(piece.reshape(p.grad.shape))"),
-    ("accumulated_step", 1, "i + 1 == len(micro_batches)"),
-    ("ParameterServer", 1, "self.params.detach().clone()"),
-]
-
 
 # ---------------------------------------------------------------- the references
-
-
-@pytest.mark.parametrize("name", UNITS)
-def test_reference_passes_its_hidden_test(name, capfd):
-    """Does the solved answer pass its hidden test on real ranks, writing nothing to stderr?"""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert fails(name, reference.reference(name)) == ""
-    assert capfd.readouterr().err == ""
-
-
-@pytest.mark.parametrize("name", ["DDPBucketed", "ParameterServer", "sync_sgd_step"])
-def test_reference_passes_under_other_seeds(name):
-    """Does it pass for other students' seeds too (other models, bucket sizes, arrivals)?"""
-    for seed in (1, 12345):
-        assert fails(name, reference.reference(name), seed) == "", seed
-
-
-def test_every_unit_has_a_hidden_test_and_points_equal_blanks():
-    """Is every solution cell graded by a test cell worth one point per blank, about 15-25
-    blanks in all, and is every blank covered by a wrong variant above?"""
-    units = nb.graded_units()
-    for name, blanks in units.items():
-        covered = {number for unit, number, _ in WRONG if unit == name}
-        assert covered == {b.number for b in blanks}, name
-    assert list(units) == UNITS
-    assert 15 <= sum(len(blanks) for blanks in units.values()) <= 25
 
 
 def test_no_hint_holds_its_answer():
@@ -116,43 +36,6 @@ def test_no_hint_holds_its_answer():
 
 
 # ---------------------------------------------------------------- wrong and right answers
-
-
-@pytest.mark.parametrize(("name", "number", "wrong"), WRONG,
-                         ids=[f"{n}-{k}-{w[:24]}" for n, k, w in WRONG])
-def test_one_wrong_blank_fails_the_hidden_test(name, number, wrong):
-    """Does an answer with this one wrong blank fail its hidden test, with a message that names
-    the case and not the answer?"""
-    complaint = fails(name, nb.variant(name, number, wrong))
-    assert complaint
-    answer = reference.locate(name)[2][number - 1].answer
-    if not answer.isidentifier():  # a bare name (world_size) may be part of the case's text
-        assert answer not in complaint
-
-
-@pytest.mark.parametrize(("name", "number", "right"), RIGHT,
-                         ids=[f"{n}-{k}-{r[:24]}" for n, k, r in RIGHT])
-def test_another_correct_answer_passes(name, number, right):
-    """Does another correct way of writing the blank pass the hidden test?"""
-    assert fails(name, nb.variant(name, number, right)) == ""
-
-
-@pytest.mark.parametrize(("name", "number", "wrong"), [
-    ("DDPBucketed", 1, "params"),  # right values, wrong buckets: found by the sizes
-    ("ParameterServer", 2, "version - self.version"),
-    ("accumulated_step", 1, "True"),  # right values, k times the communication
-])
-def test_grading_names_the_wrong_blank(name, number, wrong):
-    """Does grading take exactly that blank's point and name it as the one that looks wrong?"""
-    cls = nb.variant(name, number, wrong)
-
-    def make(source):
-        return cls if source is None else diagnose.rebuild(cls, source)
-
-    earned, possible, report = grade_cell.assess(name, diagnose.source_of(cls), make)
-    assert earned == possible - 1, report
-    (line,) = [line for line in report if "looks wrong" in line]
-    assert f"[{number}]" in line and line.count("[") == 1, report
 
 
 def test_a_rank_that_hangs_fails_one_case_in_seconds():

@@ -192,12 +192,18 @@ def test_answer_lists_name_the_blank_on_a_line_with_several():
 
 
 def test_merge_marks_accepted_mutants_and_adds_hand_written_ones():
-    """Is a generated mutant that is also an ACCEPT expected to pass, does a generated mutant
-    written by hand take the hand-written kind (the sampled check runs every ACCEPT and
-    REJECT, and drop a generated one it did not pick: a planted ACCEPT `(i + 2) % N` that
-    fails was once never run), and are REJECT and ACCEPT answers added once?"""
-    mutants = merge([Mutant("(1 + i) % n", "swapped operands"), Mutant("i - 1", "x")],
+    """Is a generated mutant that is also an ACCEPT expected to pass, is a generated mutant
+    written by hand marked `written` (the sampled check runs every written one and drops the
+    generated ones it did not pick: a planted ACCEPT `(i + 2) % N` that fails was once never
+    run), and are REJECT and ACCEPT answers added once?"""
+    mutants = merge([Mutant("(1 + i) % n", "swapped operands"), Mutant("i - 1", "x"),
+                     Mutant("i", "other name")],
                     accepted=["(1+i) % n", "(i + n + 1) % n"], rejected=["i - 1", "0"])
-    assert mutants == [Mutant("(1 + i) % n", "ACCEPT", True), Mutant("i - 1", "REJECT"),
-                       Mutant("0", "REJECT"), Mutant("(i + n + 1) % n", "ACCEPT", True)]
+    assert mutants == [Mutant("(1 + i) % n", "swapped operands", True, True),
+                       Mutant("i - 1", "x", False, True), Mutant("i", "other name"),
+                       Mutant("0", "REJECT", False, True),
+                       Mutant("(i + n + 1) % n", "ACCEPT", True, True)]
+    from autograder.strength.plan import sampled
+
+    assert [m.text for m in sampled(mutants) if not m.by_hand] in (["i"], [])
     assert normalized("( i+1 )%n") == "(i + 1) % n"

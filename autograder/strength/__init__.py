@@ -18,11 +18,11 @@ and fails the command too.
 
 `--sample` (what `make test` runs) keeps, of each blank's generated mutants, one (the one whose
 text hashes lowest, so the same one every run) and every ACCEPT and REJECT (a generated mutant
-written by hand too is one of these): 300 of the course's 3266 mutants now, every blank with a
+written by hand too is one of these): 524 of the course's 3404 mutants now, every blank with a
 wrong answer of its own. Of those, a blank whose answer is a drill position (same function,
 line and column) that the drill verdicts saw every generated mutant of fail
 (src/distlab/drills/verdicts.json, kept current by tests/test_drills.py) counts its generated
-mutants as caught without running them again (autograder/drill_verdicts.py; 32 of the 300).
+mutants as caught without running them again (autograder/drill_verdicts.py; 36 of the 524).
 The exhaustive check (no `--sample`: `make strength`, `make test-all`) runs every mutant: every
 kind of wrong answer (`other name`, `off by one`, `swapped operands`, ...) of every blank.
 

@@ -136,7 +136,7 @@ def sampled(mutants: list[Mutant]) -> list[Mutant]:
     across runs and machines), in their order."""
     generated = [m for m in mutants if m.kind not in ("ACCEPT", "REJECT")]
     chosen = min(generated, key=lambda m: zlib.crc32(m.text.encode()), default=None)
-    return [m for m in mutants if m.kind in ("ACCEPT", "REJECT") or m is chosen]
+    return [m for m in mutants if m.by_hand or m is chosen]
 
 
 def plan(assignment: str, solutions: Path = paths.SOLUTIONS,

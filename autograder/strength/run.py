@@ -71,7 +71,7 @@ def _run(reports: list[Report], workers: Workers, students: list[str], timeout, 
         limit = timeout or max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * took[key])
         for case in cases:
             for mutant in case.mutants:
-                if case.settled and students == [""] and mutant.kind not in ("ACCEPT", "REJECT"):
+                if case.settled and students == [""] and not mutant.by_hand:
                     case.outcomes[mutant.text] = Outcome(False, SETTLED)
                     continue
                 tasks.append({"id": (key, case.blank.number, mutant.text), "assignment": key[0],

@@ -106,23 +106,23 @@ def ring_allreduce(gpu_grads, op="mean", trace=False):
     size = length // N
     # chunks[i][j]: chunk j as GPU i holds it (updated in place: see above)
     chunks = [[list(grads[j * size:(j + 1) * size]) for j in range(N)] for grads in gpu_grads]
-    right = [(i + 1) % N for i in range(N)]  # BLANK `(i + 1) % N` GPU i's right neighbour, round the ring
+    right = [(i + 1) % N for i in range(N)]  # BLANK `(i + 1) % N` GPU i's right neighbour, round the ring # REJECT `(i + 2) % N`
     states = []  # for trace=True: a copy of every GPU's chunks after each step
 
     # Scatter-reduce: N-1 steps; every GPU sends one chunk right, the receiver adds it in.
     for step in range(N - 1):
         for i in range(N):
             recv_gpu = right[i]
-            send_chunk_idx = (i - step) % N  # BLANK chunk i first, then the chunk that arrived in the step before # ACCEPT `i - step`
+            send_chunk_idx = (i - step) % N  # BLANK chunk i first, then the chunk that arrived in the step before # ACCEPT `i - step` # REJECT `(i + step) % N`
             for k in range(size):
-                chunks[recv_gpu][send_chunk_idx][k] = chunks[recv_gpu][send_chunk_idx][k] + chunks[i][send_chunk_idx][k]  # BLANK what the receiver holds, and what arrives
+                chunks[recv_gpu][send_chunk_idx][k] = chunks[recv_gpu][send_chunk_idx][k] + chunks[i][send_chunk_idx][k]  # BLANK what the receiver holds, and what arrives # REJECT `chunks[i][send_chunk_idx][k]`
         states.append([[list(chunk) for chunk in gpu] for gpu in chunks])
 
     # All-gather: N-1 steps; every GPU passes a finished chunk right, the receiver overwrites.
     for step in range(N - 1):
         for i in range(N):
             recv_gpu = right[i]
-            send_chunk_idx = (i - step + 1) % N  # BLANK first the chunk GPU i finished, then the chunk that arrived in the step before
+            send_chunk_idx = (i - step + 1) % N  # BLANK first the chunk GPU i finished, then the chunk that arrived in the step before # REJECT `(i - step) % N`
             chunks[recv_gpu][send_chunk_idx] = list(chunks[i][send_chunk_idx])  # BLANK the receiver's copy is replaced by the sender's # ACCEPT `chunks[i][send_chunk_idx]` `chunks[i][send_chunk_idx][:]` # REJECT `[a + b for a, b in zip(chunks[recv_gpu][send_chunk_idx], chunks[i][send_chunk_idx])]`
         states.append([[list(chunk) for chunk in gpu] for gpu in chunks])
 
@@ -185,12 +185,12 @@ grade(ring_allreduce)
 def chunk_bounds(length, n):
     """(start, end) of each of n chunks of range(length); sizes differ by at most one,
     the larger chunks first."""
-    base, extra = divmod(length, n)  # BLANK the size of the small chunks, and how many chunks are one longer
+    base, extra = divmod(length, n)  # BLANK the size of the small chunks, and how many chunks are one longer # REJECT `(length // n, 0)`
     bounds, start = [], 0
     for j in range(n):
-        end = start + base + (1 if j < extra else 0)  # BLANK where does chunk j end? (the larger chunks come first)
+        end = start + base + (1 if j < extra else 0)  # BLANK where does chunk j end? (the larger chunks come first) # REJECT `start + base + (1 if j >= n - extra else 0)`
         bounds.append((start, end))
-        start = end  # BLANK where does the next chunk begin?
+        start = end  # BLANK where does the next chunk begin? # REJECT `start + base`
     return bounds
 
 
@@ -233,14 +233,14 @@ def ring_allreduce_uneven(gpu_grads, op="mean"):
     for step in range(N - 1):
         for i in range(N):
             left = (i - 1) % N
-            lo, hi = bounds[(i - step - 1) % N]  # BLANK `(i - step - 1) % N` which chunk does GPU left send in this step? # ACCEPT `i - step - 1` `(left - step) % N` `left - step`
+            lo, hi = bounds[(i - step - 1) % N]  # BLANK `(i - step - 1) % N` which chunk does GPU left send in this step? # ACCEPT `i - step - 1` `(left - step) % N` `left - step` # REJECT `(i - step) % N`
             data[i][lo:hi] = [mine + theirs for mine, theirs in zip(data[i][lo:hi], data[left][lo:hi])]
 
     # All-gather, as GPU i sees it: a finished chunk arrives from the left and replaces its copy.
     for step in range(N - 1):
         for i in range(N):
             left = (i - 1) % N
-            lo, hi = bounds[(i - step) % N]  # BLANK `(i - step) % N` which finished chunk does GPU left pass on in this step? # ACCEPT `i - step` `(left - step + 1) % N`
+            lo, hi = bounds[(i - step) % N]  # BLANK `(i - step) % N` which finished chunk does GPU left pass on in this step? # ACCEPT `i - step` `(left - step + 1) % N` # REJECT `(i - step + 1) % N`
             data[i][lo:hi] = data[left][lo:hi]
 
     if op == "mean":
@@ -303,7 +303,7 @@ def ring_allgather(shards):
         slots[r][r] = list(shards[r])
     latest = list(range(N))  # latest[r]: the shard rank r got most recently (at first, its own)
     for step in range(N - 1):
-        arriving = [latest[(r - 1) % N] for r in range(N)]  # BLANK `latest[(r - 1) % N]` which shard reaches rank r in this step? # ACCEPT `latest[r - 1]`
+        arriving = [latest[(r - 1) % N] for r in range(N)]  # BLANK `latest[(r - 1) % N]` which shard reaches rank r in this step? # ACCEPT `latest[r - 1]` # REJECT `latest[r]`
         for r in range(N):
             slots[r][arriving[r]] = list(slots[(r - 1) % N][arriving[r]])
         latest = arriving
@@ -347,13 +347,13 @@ def ring_reduce_scatter(vectors, op="sum"):
     bounds = chunk_bounds(len(vectors[0]), N)
     data = [list(vector) for vector in vectors]
     for step in range(N - 1):
-        sending = [(r - step - 1) % N for r in range(N)]  # BLANK `(r - step - 1) % N` which chunk must rank r send first to finish it on its owner? (then: what arrived) # ACCEPT `r - step - 1`
+        sending = [(r - step - 1) % N for r in range(N)]  # BLANK `(r - step - 1) % N` which chunk must rank r send first to finish it on its owner? (then: what arrived) # ACCEPT `r - step - 1` # REJECT `(r - step) % N`
         sent = [data[r][slice(*bounds[sending[r]])] for r in range(N)]  # all send at once
         for r in range(N):
             left = (r - 1) % N
             lo, hi = bounds[sending[left]]  # the chunk rank left sent
             data[r][lo:hi] = [mine + theirs for mine, theirs in zip(data[r][lo:hi], sent[left])]
-    shards = [data[r][slice(*bounds[r])] for r in range(N)]  # BLANK `bounds[r]` which part of its buffer does rank r keep?
+    shards = [data[r][slice(*bounds[r])] for r in range(N)]  # BLANK `bounds[r]` which part of its buffer does rank r keep? # REJECT `bounds[(r + 1) % N]`
     if op == "mean":
         shards = [[value / N for value in shard] for shard in shards]
     return shards
@@ -425,11 +425,11 @@ def tree_broadcast(data, num_nodes):
     while True:
         receivers = []
         for parent in senders:
-            for child in (2 * parent + 1, 2 * parent + 2):  # BLANK `(2 * parent + 1, 2 * parent + 2)` the two children of rank parent # ACCEPT `(2 * parent + 2, 2 * parent + 1)` `[2 * parent + 1, 2 * parent + 2]`
-                if child < num_nodes:  # BLANK is there such a rank?
+            for child in (2 * parent + 1, 2 * parent + 2):  # BLANK `(2 * parent + 1, 2 * parent + 2)` the two children of rank parent # ACCEPT `(2 * parent + 2, 2 * parent + 1)` `[2 * parent + 1, 2 * parent + 2]` # REJECT `(parent + 1, parent + 2)`
+                if child < num_nodes:  # BLANK is there such a rank? # REJECT `child <= num_nodes`
                     received[child] = list(received[parent])
                     receivers.append(child)
-        if not receivers:  # BLANK when is the broadcast over?
+        if not receivers:  # BLANK when is the broadcast over? # REJECT `not parent`
             return received, steps
         steps += 1
         senders = receivers
@@ -483,7 +483,7 @@ def alltoall(blocks):
     for k in range(1, N):
         wire = {}  # (sender, receiver) -> block: the messages of round k
         for r in range(N):
-            dst = (r + k) % N  # BLANK `(r + k) % N` whom does rank r send to in round k? # ACCEPT `(k + r) % N`
+            dst = (r + k) % N  # BLANK `(r + k) % N` whom does rank r send to in round k? # ACCEPT `(k + r) % N` # REJECT `(r - k) % N`
             wire[r, dst] = blocks[r][dst]
         for r in range(N):
             src = (r - k) % N  # the rank k places to the left
@@ -558,9 +558,9 @@ def hello_allreduce(rank, world_size):
     dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)  # BLANK `"gloo"` the backend that runs on CPUs # REJECT `"nccl"`
     x = torch.tensor([rank + 1.0])
     print(f"before all_reduce: {x.item()}")
-    dist.all_reduce(x, op=dist.ReduceOp.SUM)  # BLANK `dist.ReduceOp.SUM` which reduction gives 1 + 2 + 3 + 4?
+    dist.all_reduce(x, op=dist.ReduceOp.SUM)  # BLANK `dist.ReduceOp.SUM` which reduction gives 1 + 2 + 3 + 4? # REJECT `dist.ReduceOp.MAX`
     print(f"after all_reduce:  {x.item()}")
-    dist.barrier()  # BLANK `barrier` the call that waits until every rank arrives # ACCEPT `monitored_barrier`
+    dist.barrier()  # BLANK `barrier` the call that waits until every rank arrives # ACCEPT `monitored_barrier` # REJECT `get_rank`
     if rank == 0:
         print("every rank is past the barrier")
     dist.destroy_process_group()

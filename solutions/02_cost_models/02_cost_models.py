@@ -83,8 +83,8 @@ show_message_cost(alpha=5e-6, bw=10 * GB)
 def allreduce_time_ring(nbytes, n, alpha, bw):
     """Seconds for a ring all-reduce of `nbytes` bytes over `n` ranks, on links of latency
     `alpha` (s) and bandwidth `bw` (bytes/s)."""
-    steps = 2 * (n - 1)  # BLANK how many steps, both phases together? # ACCEPT `2 * n - 2` # REJECT `n - 1`
-    per_step = nbytes / n  # BLANK how many bytes does a rank send in one step? # REJECT `nbytes`
+    steps = 2 * (n - 1)  # BLANK how many steps, both phases together? # ACCEPT `2 * n - 2` # REJECT `n - 1` # REJECT `2 * n`
+    per_step = nbytes / n  # BLANK how many bytes does a rank send in one step? # REJECT `nbytes` # REJECT `nbytes / (n - 1)`
     return steps * (alpha + per_step / bw)
 
 
@@ -121,8 +121,8 @@ grade(allreduce_time_ring)
 def allreduce_time_tree(nbytes, n, alpha, bw):
     """Seconds for a binomial-tree all-reduce (reduce, then broadcast) of `nbytes` bytes over
     `n` ranks."""
-    depth = math.ceil(math.log2(n))  # BLANK steps until all n ranks hold the data # ACCEPT `(n - 1).bit_length()` # REJECT `math.floor(math.log2(n))` `int(math.log2(n))` `n.bit_length()` `math.log2(n)`
-    steps = 2 * depth  # BLANK how many steps, reduce and broadcast together?
+    depth = math.ceil(math.log2(n))  # BLANK steps until all n ranks hold the data # ACCEPT `(n - 1).bit_length()` # REJECT `math.floor(math.log2(n))` `int(math.log2(n))` `n.bit_length()` `math.log2(n)` # REJECT `n - 1` # ACCEPT `math.ceil(math.log2(n)) if n > 1 else 0`
+    steps = 2 * depth  # BLANK how many steps, reduce and broadcast together? # REJECT `depth` # REJECT `2 * depth + 1` # REJECT `2 * (n - 1)`
     per_step = nbytes  # a partial sum travels whole
     return steps * (alpha + per_step / bw)
 
@@ -191,8 +191,8 @@ def allreduce_time_halving_doubling(nbytes, n, alpha, bw):
     if n & (n - 1):
         raise ValueError(f"recursive halving needs a power of two, not {n}")
     rounds = n.bit_length() - 1  # log2(n): the exchanges of one phase
-    steps = 2 * rounds  # BLANK how many exchanges, both phases?
-    sent = 2 * (n - 1) / n * nbytes  # BLANK bytes one rank sends in all, both phases # ACCEPT `2 * (nbytes - nbytes / n)` # REJECT `2 * rounds * nbytes / 2` `2 * nbytes` `(n - 1) / n * nbytes`
+    steps = 2 * rounds  # BLANK how many exchanges, both phases? # REJECT `rounds` # REJECT `2 * (n - 1)`
+    sent = 2 * (n - 1) / n * nbytes  # BLANK bytes one rank sends in all, both phases # ACCEPT `2 * (nbytes - nbytes / n)` # REJECT `2 * rounds * nbytes / 2` `2 * nbytes` `(n - 1) / n * nbytes` # REJECT `rounds * nbytes` # ACCEPT `2 * sum(nbytes / 2**k for k in range(1, rounds + 1))`
     return steps * alpha + sent / bw
 
 
@@ -253,8 +253,8 @@ def ring_tree_crossover(n, alpha, bw):
     """The message size (bytes) above which a ring all-reduce over `n` ranks is faster than a
     binomial-tree one; None if the ring is never slower."""
     depth = math.ceil(math.log2(n))
-    extra_latency = 2 * (n - 1 - depth) * alpha  # BLANK seconds the ring spends on its extra steps
-    extra_per_byte = 2 * (depth - (n - 1) / n) / bw  # BLANK seconds the tree spends more per byte of the message
+    extra_latency = 2 * (n - 1 - depth) * alpha  # BLANK seconds the ring spends on its extra steps # REJECT `(n - 1 - depth) * alpha` # REJECT `2 * (n - depth) * alpha` # REJECT `2 * (n - 1 - depth) / alpha`
+    extra_per_byte = 2 * (depth - (n - 1) / n) / bw  # BLANK seconds the tree spends more per byte of the message # REJECT `2 * (depth - (n - 1) / n) * bw` # REJECT `(depth - (n - 1) / n) / bw` # REJECT `2 * (depth - 1 / n) / bw` # REJECT `2 * ((n - 1) / n - depth) / bw`
     if extra_latency <= 0:  # the ring takes no more steps than the tree
         return None
     return extra_latency / extra_per_byte
@@ -328,9 +328,9 @@ def bus_bandwidth(nbytes, seconds, n, collective):
     "broadcast" or "reduce"."""
     algbw = nbytes / seconds
     if collective == "all_reduce":
-        factor = 2 * (n - 1) / n  # BLANK bytes a rank sends per byte of data
+        factor = 2 * (n - 1) / n  # BLANK bytes a rank sends per byte of data # REJECT `(n - 1) / n` # REJECT `2 * n / (n - 1)` # REJECT `2 * (n - 1)`
     elif collective in ("all_gather", "reduce_scatter", "alltoall"):
-        factor = (n - 1) / n  # BLANK bytes a rank sends per byte of data
+        factor = (n - 1) / n  # BLANK bytes a rank sends per byte of data # REJECT `n / (n - 1)` # REJECT `1 / n` # REJECT `2 * (n - 1) / n`
     elif collective in ("broadcast", "reduce"):
         factor = 1.0
     else:
@@ -439,8 +439,8 @@ def fit_alpha_beta(nbytes, seconds, n):
     M = np.asarray(nbytes, dtype=float)
     t = np.asarray(seconds, dtype=float)
     A = np.column_stack([
-        np.full_like(M, 2 * (n - 1)),  # BLANK `np.full_like(M, 2 * (n - 1))` what multiplies alpha, in every row # ACCEPT `np.ones_like(M) * (2 * n - 2)` `np.full_like(t, 2 * (n - 1))` # REJECT `np.ones_like(M)` `np.full_like(M, n - 1)`
-        2 * (n - 1) / n * M,  # BLANK `2 * (n - 1) / n * M` what multiplies beta, for each size # ACCEPT `M * 2 * (n - 1) / n` # REJECT `M` `M / n`
+        np.full_like(M, 2 * (n - 1)),  # BLANK `np.full_like(M, 2 * (n - 1))` what multiplies alpha, in every row # ACCEPT `np.ones_like(M) * (2 * n - 2)` `np.full_like(t, 2 * (n - 1))` # REJECT `np.ones_like(M)` `np.full_like(M, n - 1)` # REJECT `np.full_like(M, 2)`
+        2 * (n - 1) / n * M,  # BLANK `2 * (n - 1) / n * M` what multiplies beta, for each size # ACCEPT `M * 2 * (n - 1) / n` # REJECT `M` `M / n` # REJECT `2 * (n - 1) * M`
     ])
     weight = 1 / t  # relative errors: divide every equation by its measured time
     (alpha, beta), *_ = np.linalg.lstsq(A * weight[:, None], t * weight, rcond=None)
@@ -521,7 +521,7 @@ show_fit(records, fits, allreduce_time_ring, held_out=held_out)
 def flat_ring_time(nbytes, nodes, gpus_per_node, intra, inter):
     """Seconds for one ring all-reduce over every GPU of `nodes` nodes. intra, inter:
     (alpha, bw) of the links inside a node and between nodes."""
-    alpha, bw = inter if nodes > 1 else intra  # BLANK which link's figures set the pace? # ACCEPT `(max(intra[0], inter[0]), min(intra[1], inter[1])) if nodes > 1 else intra` # REJECT `inter if gpus_per_node > 1 else intra`
+    alpha, bw = inter if nodes > 1 else intra  # BLANK which link's figures set the pace? # ACCEPT `(max(intra[0], inter[0]), min(intra[1], inter[1])) if nodes > 1 else intra` # REJECT `inter if gpus_per_node > 1 else intra` # REJECT `intra` # REJECT `inter`
     return allreduce_time_ring(nbytes, nodes * gpus_per_node, alpha, bw)
 
 
@@ -560,8 +560,8 @@ def hierarchical_allreduce_time(nbytes, nodes, gpus_per_node, intra, inter):
     all-gather inside."""
     G = gpus_per_node
     alpha_in, bw_in = intra
-    scatter = (G - 1) * (alpha_in + nbytes / G / bw_in)  # BLANK phase 1: a ring reduce-scatter over G GPUs
-    shard = nbytes / G  # BLANK bytes each GPU all-reduces across nodes
+    scatter = (G - 1) * (alpha_in + nbytes / G / bw_in)  # BLANK phase 1: a ring reduce-scatter over G GPUs # REJECT `(G - 1) * (alpha_in + nbytes / bw_in)` # REJECT `G * (alpha_in + nbytes / G / bw_in)` # REJECT `2 * (G - 1) * (alpha_in + nbytes / G / bw_in)` # ACCEPT `(G - 1) * alpha_in + (G - 1) / G * nbytes / bw_in`
+    shard = nbytes / G  # BLANK bytes each GPU all-reduces across nodes # REJECT `nbytes` # REJECT `nbytes / nodes` # REJECT `nbytes / (G * nodes)`
     across = allreduce_time_ring(shard, nodes, *inter)
     gather = scatter  # phase 3 mirrors phase 1
     return scatter + across + gather
@@ -679,21 +679,21 @@ def iteration_costs(model, cluster, dp, tp, pp):
     m = model["global_batch"] // (dp * b)  # micro-batches per pipeline per iteration
     nbytes = 2  # 16-bit values on the wire
     stage_layers = L // pp  # layers in this GPU's pipeline stage
-    params_per_gpu = model["params"] / (tp * pp)  # BLANK parameters one GPU holds
+    params_per_gpu = model["params"] / (tp * pp)  # BLANK parameters one GPU holds # REJECT `model["params"] / tp` # REJECT `model["params"] / (tp * pp * dp)` # REJECT `model["params"]`
     activation = b * s * h * nbytes  # bytes of one layer's output for one micro-batch
 
     grad_bytes = params_per_gpu * nbytes  # the gradient this GPU all-reduces
     dp_time = allreduce_time_ring(grad_bytes, dp, *group_link(cluster, tp, dp))
 
-    tp_count = 4 * stage_layers * m  # BLANK all-reduces per iteration on this GPU # ACCEPT `4 * m * L / pp` # REJECT `4 * L * m` `4 * stage_layers`
+    tp_count = 4 * stage_layers * m  # BLANK all-reduces per iteration on this GPU # ACCEPT `4 * m * L / pp` # REJECT `4 * L * m` `4 * stage_layers` # REJECT `2 * stage_layers * m`
     tp_time = tp_count * allreduce_time_ring(activation, tp, *group_link(cluster, 1, tp))
 
-    pp_messages = 2 * m if pp > 1 else 0  # BLANK `2 * m` messages over one stage boundary per iteration
+    pp_messages = 2 * m if pp > 1 else 0  # BLANK `2 * m` messages over one stage boundary per iteration # REJECT `m` # REJECT `2 * m * (pp - 1)` # REJECT `2`
     alpha, bw = group_link(cluster, tp * dp, pp)
     pp_time = pp_messages * (alpha + activation / bw)
 
     stage = 6 * params_per_gpu * b * s / cluster["flops"]  # one micro-batch on one stage (s)
-    bubble = (pp - 1) * stage  # BLANK seconds each stage sits idle
+    bubble = (pp - 1) * stage  # BLANK seconds each stage sits idle # REJECT `pp * stage` # REJECT `(pp - 1) * stage / m` # REJECT `(pp - 1) * m * stage`
     states = 16 * params_per_gpu  # weights, gradients and Adam states
     memory = states + min(m, pp) * stage_layers * s * b * h * (10 + 24 / tp)
     return {"compute": m * stage, "bubble": bubble, "dp": dp_time, "tp": tp_time,
@@ -782,7 +782,7 @@ def cheapest_layout(model, cluster):
     race = []  # (seconds per iteration, layout) of every layout that fits
     for dp, tp, pp in layouts(model, cluster):
         costs = iteration_costs(model, cluster, dp, tp, pp)
-        if costs["fits"]:  # BLANK which layouts stay in the race? # ACCEPT `costs["memory"] <= cluster["memory"]` # REJECT `True`
+        if costs["fits"]:  # BLANK which layouts stay in the race? # ACCEPT `costs["memory"] <= cluster["memory"]` # REJECT `True` # REJECT `not costs["fits"]` # REJECT `costs["memory"] < 0`
             race.append((iteration_time(costs), (dp, tp, pp)))
     if not race:
         return None

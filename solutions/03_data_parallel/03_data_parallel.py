@@ -98,8 +98,8 @@ def sync_sgd_step(model, x, y, lr):
     loss.backward()
     with torch.no_grad():
         for p in model.parameters():
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # BLANK `dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)` what must every rank hold the same total of, before anyone steps? # ACCEPT `dist.all_reduce(p.grad)` # REJECT `dist.all_reduce(p, op=dist.ReduceOp.SUM)`
-            p.grad /= world_size  # BLANK `p.grad /= world_size` from the sum to the mean # ACCEPT `p.grad.div_(dist.get_world_size())` `p.grad *= 1 / world_size` # REJECT `p.grad /= 2`
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # BLANK `dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)` what must every rank hold the same total of, before anyone steps? # ACCEPT `dist.all_reduce(p.grad)` # REJECT `dist.all_reduce(p, op=dist.ReduceOp.SUM)` # REJECT `dist.all_reduce(p.grad, op=dist.ReduceOp.MAX)`
+            p.grad /= world_size  # BLANK `p.grad /= world_size` from the sum to the mean # ACCEPT `p.grad.div_(dist.get_world_size())` `p.grad *= 1 / world_size` # REJECT `p.grad /= 2` # REJECT `pass` # ACCEPT `p.grad /= dist.get_world_size()`
             p -= lr * p.grad
     return loss.item()
 
@@ -196,7 +196,7 @@ assert torch.allclose(end_gap, start_gap, atol=1e-5), "equal updates keep the ga
 def broadcast_parameters(module):
     """Make this rank's copy of `module` equal to rank 0's copy, in place."""
     with torch.no_grad():
-        for tensor in itertools.chain(module.parameters(), module.buffers()):  # BLANK `itertools.chain(module.parameters(), module.buffers())` every tensor forward reads from the module # ACCEPT `itertools.chain(module.buffers(), module.parameters())` `module.state_dict().values()` # REJECT `module.parameters()` `itertools.chain(module.parameters(), module.buffers(), module.parameters())`
+        for tensor in itertools.chain(module.parameters(), module.buffers()):  # BLANK `itertools.chain(module.parameters(), module.buffers())` every tensor forward reads from the module # ACCEPT `itertools.chain(module.buffers(), module.parameters())` `module.state_dict().values()` # REJECT `module.parameters()` `itertools.chain(module.parameters(), module.buffers(), module.parameters())` # REJECT `list(module.parameters()) * 2 + list(module.buffers())`
             dist.broadcast(tensor, src=0)
 
 
@@ -323,16 +323,16 @@ def ddp_train(rank, world_size, model, dataset, epochs=3, batch_size=32, lr=0.01
     """Train `model` on `dataset` with DDP, as rank `rank` of `world_size`: the tutorial's
     setup(), train() and cleanup() in one function. Returns {"loss": per-epoch mean loss on
     this rank, "samples": samples this rank saw per epoch}."""
-    dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)  # BLANK `"gloo"` the backend for CPU tensors # REJECT `"nccl"`
+    dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)  # BLANK `"gloo"` the backend for CPU tensors # REJECT `"nccl"` # ACCEPT `dist.Backend.GLOO`
     model = DDP(model)  # BLANK the model whose gradients are averaged over the ranks during backward # REJECT `model` `DDP(model, device_ids=[rank])`
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     criterion = nn.CrossEntropyLoss()
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)  # BLANK the samples this rank trains on # ACCEPT `DistributedSampler(dataset)` # REJECT `None` `DistributedSampler(dataset, shuffle=False)`
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)  # BLANK the samples this rank trains on # ACCEPT `DistributedSampler(dataset)` # REJECT `None` `DistributedSampler(dataset, shuffle=False)` # REJECT `DistributedSampler(dataset, num_replicas=world_size, rank=0)`
     dataloader = DataLoader(dataset, batch_size=batch_size, sampler=sampler,
                             shuffle=False)  # BLANK see "DataLoader and samplers" above # ACCEPT `None` # REJECT `True`
     history = {"loss": [], "samples": 0}
     for epoch in range(epochs):
-        sampler.set_epoch(epoch)  # BLANK a different order in every epoch # REJECT `sampler.set_epoch(0)`
+        sampler.set_epoch(epoch)  # BLANK a different order in every epoch # REJECT `sampler.set_epoch(0)` # REJECT `pass`
         model.train()
         total, batches, seen = 0.0, 0, 0
         for batch_x, batch_y in dataloader:
@@ -482,14 +482,14 @@ class DDPIndividualParameters(nn.Module):
         return self.module(*args, **kwargs)
 
     def _gradient_ready(self, param):
-        work = dist.all_reduce(param.grad, async_op=True)  # BLANK the hook's job: backward goes on computing the other gradients meanwhile # REJECT `dist.all_reduce(param.grad)` `dist.all_reduce(param.grad.clone(), async_op=True)`
+        work = dist.all_reduce(param.grad, async_op=True)  # BLANK the hook's job: backward goes on computing the other gradients meanwhile # REJECT `dist.all_reduce(param.grad)` `dist.all_reduce(param.grad.clone(), async_op=True)` # ACCEPT `dist.all_reduce(param.grad, op=dist.ReduceOp.SUM, async_op=True)`
         self._in_flight.append((work, param))
 
     def finish_gradient_synchronization(self):
         """After backward, before optimizer.step(): every gradient becomes the mean."""
         for work, param in self._in_flight:
             work.wait()
-            param.grad /= self.world_size  # BLANK `param.grad /= self.world_size` what the optimizer must see, from what the ranks hold now # ACCEPT `param.grad.div_(dist.get_world_size())` # REJECT `param.grad /= 2`
+            param.grad /= self.world_size  # BLANK `param.grad /= self.world_size` what the optimizer must see, from what the ranks hold now # ACCEPT `param.grad.div_(dist.get_world_size())` # REJECT `param.grad /= 2` # REJECT `pass`
         self._in_flight.clear()
 
 
@@ -641,8 +641,8 @@ class DDPBucketed(nn.Module):
         index = self._bucket_of[param]
         bucket = self.buckets[index]
         self._arrived[index] += 1
-        if self._arrived[index] == len(bucket):  # BLANK may this bucket be all-reduced now? # ACCEPT `self._arrived[index] >= len(self.buckets[index])`
-            flat = torch.cat([p.grad.flatten() for p in bucket])  # BLANK what this bucket sends, as one tensor # ACCEPT `torch.cat([p.grad.view(-1) for p in bucket])` `torch.cat([p.grad.reshape(-1) for p in bucket])` # REJECT `torch.cat([p.flatten() for p in bucket])`
+        if self._arrived[index] == len(bucket):  # BLANK may this bucket be all-reduced now? # ACCEPT `self._arrived[index] >= len(self.buckets[index])` # REJECT `self._arrived[index] == 1` # REJECT `self._arrived[index] > len(bucket)` # ACCEPT `self._arrived[index] >= len(bucket)`
+            flat = torch.cat([p.grad.flatten() for p in bucket])  # BLANK what this bucket sends, as one tensor # ACCEPT `torch.cat([p.grad.view(-1) for p in bucket])` `torch.cat([p.grad.reshape(-1) for p in bucket])` # REJECT `torch.cat([p.flatten() for p in bucket])` # ACCEPT `torch._utils._flatten_dense_tensors([p.grad for p in bucket])`
             work = dist.all_reduce(flat, async_op=True)
             self._in_flight.append((work, bucket, flat))
 
@@ -652,7 +652,7 @@ class DDPBucketed(nn.Module):
             work.wait()
             flat /= self.world_size
             for p, piece in zip(bucket, flat.split([p.numel() for p in bucket]), strict=True):
-                p.grad.copy_(piece.view_as(p.grad))  # BLANK p's averaged gradient, back where the optimizer reads it # ACCEPT `p.grad.view(-1).copy_(piece)` `p.grad = piece.view_as(p.grad).clone()` # REJECT `p.grad.copy_(piece.view_as(p.grad) * self.world_size)`
+                p.grad.copy_(piece.view_as(p.grad))  # BLANK p's averaged gradient, back where the optimizer reads it # ACCEPT `p.grad.view(-1).copy_(piece)` `p.grad = piece.view_as(p.grad).clone()` # REJECT `p.grad.copy_(piece.view_as(p.grad) * self.world_size)` # REJECT `p.copy_(piece.view_as(p))` # REJECT `pass` # ACCEPT `p.grad.copy_(piece.reshape(p.grad.shape))`
         self._in_flight.clear()
 
 
@@ -780,9 +780,9 @@ def accumulated_step(model, optimizer, micro_batches):
     k = len(micro_batches)
     optimizer.zero_grad()
     for i, (x, y) in enumerate(micro_batches):
-        communicate = i == k - 1  # BLANK does this micro-batch's backward all-reduce?
+        communicate = i == k - 1  # BLANK does this micro-batch's backward all-reduce? # REJECT `True` # REJECT `i == 0` # ACCEPT `i + 1 == len(micro_batches)`
         with contextlib.nullcontext() if communicate else model.no_sync():
-            loss = F.cross_entropy(model(x), y) / k  # BLANK this micro-batch's part of the big batch's loss
+            loss = F.cross_entropy(model(x), y) / k  # BLANK this micro-batch's part of the big batch's loss # REJECT `F.cross_entropy(model(x), y)`
             loss.backward()
     optimizer.step()
 
@@ -888,7 +888,7 @@ class ParameterServer:
 
     def push(self, grad, version):
         """Apply a gradient computed on the weights of `version`; return its staleness."""
-        staleness = self.version - version  # BLANK how many updates came in since that pull?
+        staleness = self.version - version  # BLANK how many updates came in since that pull? # REJECT `version - self.version` # REJECT `0`
         self.params -= self.lr * grad
         self.version += 1
         self.staleness.append(staleness)

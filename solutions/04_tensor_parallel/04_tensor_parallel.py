@@ -98,10 +98,10 @@ def column_parallel_forward(rank, world_size, x, w_shard, b_shard):
     and b_shard: (out_features / N,), this rank's rows of the weight and entries of the bias.
     Returns the whole output, (..., out_features), on every rank.
     """
-    y_shard = x @ w_shard.t() + b_shard  # BLANK this rank's columns of the output, without any communication # ACCEPT `x @ w_shard.t_() + b_shard`
+    y_shard = x @ w_shard.t() + b_shard  # BLANK this rank's columns of the output, without any communication # ACCEPT `x @ w_shard.t_() + b_shard` # REJECT `x @ w_shard + b_shard` # REJECT `x @ w_shard.t()` # ACCEPT `F.linear(x, w_shard, b_shard)`
     pieces = [torch.empty_like(y_shard) for _ in range(world_size)]
-    dist.all_gather(pieces, y_shard)  # BLANK every rank's columns of the output, on every rank # SHAPE `the collective is the idea; its general form is the one API box of section 1`
-    return torch.cat(pieces, dim=-1)  # BLANK the whole output: every rank's columns, in rank order
+    dist.all_gather(pieces, y_shard)  # BLANK every rank's columns of the output, on every rank # SHAPE `the collective is the idea; its general form is the one API box of section 1` # REJECT `pass` # REJECT `dist.all_reduce(y_shard)` # ACCEPT `dist.all_gather(pieces, y_shard.contiguous())`
+    return torch.cat(pieces, dim=-1)  # BLANK the whole output: every rank's columns, in rank order # REJECT `torch.cat(pieces, dim=0)` # REJECT `torch.cat(pieces, dim=1)` # REJECT `y_shard` # ACCEPT `torch.cat(pieces, dim=x.dim() - 1)`
 
 
 # %% [markdown]
@@ -177,9 +177,9 @@ def row_parallel_forward(rank, world_size, x_shard, w_shard, bias):
     (out_features, in_features / N), this rank's columns of the weight. bias: (out_features,),
     whole. Returns the whole output, (..., out_features), on every rank.
     """
-    partial = x_shard @ w_shard.t()  # BLANK this rank's contribution to the output # ACCEPT `x_shard @ w_shard.t_()`
-    dist.all_reduce(partial, op=dist.ReduceOp.SUM)  # BLANK `dist.all_reduce(partial, op=dist.ReduceOp.SUM)` turn the contributions into the output, on every rank
-    return partial + bias  # BLANK the output, with its bias
+    partial = x_shard @ w_shard.t()  # BLANK this rank's contribution to the output # ACCEPT `x_shard @ w_shard.t_()` # REJECT `x_shard @ w_shard.t() + bias` # REJECT `x_shard @ w_shard` # ACCEPT `F.linear(x_shard, w_shard)`
+    dist.all_reduce(partial, op=dist.ReduceOp.SUM)  # BLANK `dist.all_reduce(partial, op=dist.ReduceOp.SUM)` turn the contributions into the output, on every rank # REJECT `pass` # REJECT `dist.all_reduce(partial, op=dist.ReduceOp.MAX)` # ACCEPT `dist.all_reduce(partial)`
+    return partial + bias  # BLANK the output, with its bias # REJECT `partial` # REJECT `partial + bias * world_size` # ACCEPT `bias + partial`
 
 
 # %% [markdown]
@@ -265,10 +265,10 @@ def column_parallel_backward(rank, world_size, x, w_shard, grad_y_shard):
     Returns (grad_x, grad_w, grad_b): dL/dx, whole, on every rank, and the gradients of this
     rank's rows of the weight and entries of the bias.
     """
-    grad_w = grad_y_shard.t() @ x  # BLANK the gradient of this rank's rows of the weight
+    grad_w = grad_y_shard.t() @ x  # BLANK the gradient of this rank's rows of the weight # REJECT `x.t() @ grad_y_shard` # REJECT `grad_y_shard @ x.t()` # ACCEPT `(x.t() @ grad_y_shard).t()`
     grad_b = grad_y_shard.sum(dim=0)
-    grad_x = grad_y_shard @ w_shard  # BLANK this rank's term of dL/dx
-    dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)  # BLANK `dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)` the whole dL/dx, on every rank
+    grad_x = grad_y_shard @ w_shard  # BLANK this rank's term of dL/dx # REJECT `grad_y_shard @ w_shard.t()`
+    dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)  # BLANK `dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)` the whole dL/dx, on every rank # REJECT `pass` # REJECT `dist.all_reduce(grad_w)` # ACCEPT `dist.all_reduce(grad_x)`
     return grad_x, grad_w, grad_b
 
 
@@ -338,13 +338,13 @@ def row_parallel_backward(rank, world_size, x_shard, w_shard, grad_y, input_is_s
     if input_is_split, else the whole (batch, in_features) on every rank; the gradient of this
     rank's columns of the weight; and the bias gradient (whole: the bias is not split).
     """
-    grad_w = grad_y.t() @ x_shard  # BLANK the gradient of this rank's columns of the weight
+    grad_w = grad_y.t() @ x_shard  # BLANK the gradient of this rank's columns of the weight # REJECT `x_shard.t() @ grad_y`
     grad_b = grad_y.sum(dim=0)
-    grad_x_shard = grad_y @ w_shard  # BLANK dL/dx for this rank's input features
+    grad_x_shard = grad_y @ w_shard  # BLANK dL/dx for this rank's input features # REJECT `grad_y @ w_shard.t()`
     if input_is_split:
         return grad_x_shard, grad_w, grad_b
     pieces = [torch.empty_like(grad_x_shard) for _ in range(world_size)]
-    dist.all_gather(pieces, grad_x_shard)  # BLANK every rank's columns of dL/dx, on every rank # SHAPE `which collective a whole input needs is the idea; its call form is section 1's API box`
+    dist.all_gather(pieces, grad_x_shard)  # BLANK every rank's columns of dL/dx, on every rank # SHAPE `which collective a whole input needs is the idea; its call form is section 1's API box` # REJECT `pass` # REJECT `dist.all_reduce(grad_x_shard)` # ACCEPT `dist.all_gather(pieces, grad_x_shard.contiguous())`
     return torch.cat(pieces, dim=-1), grad_w, grad_b
 
 
@@ -442,22 +442,22 @@ def megatron_f_g():
 
         @staticmethod
         def forward(ctx, x):
-            return x  # BLANK what f does in the forward pass
+            return x  # BLANK what f does in the forward pass # REJECT `all_reduce_sum(x)` # ACCEPT `x.clone()`
 
         @staticmethod
         def backward(ctx, grad):
-            return all_reduce_sum(grad)  # BLANK what f does in the backward pass
+            return all_reduce_sum(grad)  # BLANK what f does in the backward pass # REJECT `grad`
 
     class g(torch.autograd.Function):
         """Where a tensor-parallel region ends: every rank holds a partial sum."""
 
         @staticmethod
         def forward(ctx, partial):
-            return all_reduce_sum(partial)  # BLANK what g does in the forward pass
+            return all_reduce_sum(partial)  # BLANK what g does in the forward pass # REJECT `partial`
 
         @staticmethod
         def backward(ctx, grad):
-            return grad  # BLANK what g does in the backward pass
+            return grad  # BLANK what g does in the backward pass # REJECT `all_reduce_sum(grad)` # ACCEPT `grad.clone()`
 
     return f, g
 
@@ -528,9 +528,9 @@ def tp_mlp(rank, world_size, x, w1, b1, w2, b2):
     f, g = megatron_f_g()
     w1_shard = shard(w1, rank, world_size, dim=0)  # column-parallel: this rank's hidden units
     b1_shard = shard(b1, rank, world_size, dim=0)
-    w2_shard = shard(w2, rank, world_size, dim=1)  # BLANK this rank's part of w2 (d x h): the one that reads its hidden units # ACCEPT `shard(w2, rank, world_size, dim=-1)`
-    hidden = F.gelu(F.linear(f.apply(x), w1_shard, b1_shard))  # BLANK this rank's hidden units, after GeLU (where does the parallel region begin?) # ACCEPT `F.gelu(f.apply(x) @ w1_shard.t() + b1_shard)`
-    return g.apply(F.linear(hidden, w2_shard)) + b2  # BLANK the whole output, with its bias (where does the region end?) # ACCEPT `g.apply(hidden @ w2_shard.t()) + b2`
+    w2_shard = shard(w2, rank, world_size, dim=1)  # BLANK this rank's part of w2 (d x h): the one that reads its hidden units # ACCEPT `shard(w2, rank, world_size, dim=-1)` # REJECT `shard(w2, rank, world_size, dim=0)` # ACCEPT `w2.chunk(world_size, dim=1)[rank]`
+    hidden = F.gelu(F.linear(f.apply(x), w1_shard, b1_shard))  # BLANK this rank's hidden units, after GeLU (where does the parallel region begin?) # ACCEPT `F.gelu(f.apply(x) @ w1_shard.t() + b1_shard)` # REJECT `F.gelu(F.linear(x, w1_shard, b1_shard))` # REJECT `F.gelu(F.linear(g.apply(x), w1_shard, b1_shard))`
+    return g.apply(F.linear(hidden, w2_shard)) + b2  # BLANK the whole output, with its bias (where does the region end?) # ACCEPT `g.apply(hidden @ w2_shard.t()) + b2` # REJECT `F.linear(hidden, w2_shard) + b2` # REJECT `g.apply(F.linear(hidden, w2_shard, b2))`
 
 
 # %% [markdown]
@@ -644,11 +644,11 @@ def tp_attention(rank, world_size, x, wq, wk, wv, wo, bo, num_heads):
     f, g = megatron_f_g()
     head_dim = x.shape[-1] // num_heads
     local_heads = num_heads // world_size  # on this rank
-    rows = slice(rank * local_heads * head_dim, (rank + 1) * local_heads * head_dim)  # BLANK the rows of wq, wk and wv that compute this rank's heads
+    rows = slice(rank * local_heads * head_dim, (rank + 1) * local_heads * head_dim)  # BLANK the rows of wq, wk and wv that compute this rank's heads # REJECT `slice(rank * local_heads, (rank + 1) * local_heads)` # REJECT `slice((rank + 1) * local_heads * head_dim, (rank + 2) * local_heads * head_dim)` # ACCEPT `slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size)`
     xf = f.apply(x)
     q, k, v = (split_heads(F.linear(xf, w[rows]), local_heads) for w in (wq, wk, wv))
     out = merge_heads(attend(q, k, v))
-    partial = F.linear(out, wo[:, rows])  # BLANK `wo[:, rows]` the part of the output projection that reads these heads
+    partial = F.linear(out, wo[:, rows])  # BLANK `wo[:, rows]` the part of the output projection that reads these heads # REJECT `wo[rows]` # REJECT `wo`
     return g.apply(partial) + bo
 
 
@@ -879,9 +879,9 @@ def sp_all_reduce(rank, world_size, t):
         raise ValueError(f"{t.shape[0]} positions cannot be split evenly over {world_size} "
                          "ranks")
     part = t.new_zeros((t.shape[0] // world_size, *t.shape[1:]))
-    dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM)  # BLANK `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM)` this rank's positions of the sum
+    dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM)  # BLANK `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM)` this rank's positions of the sum # REJECT `dist.all_reduce(t)` # REJECT `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.MAX)` # ACCEPT `dist.reduce_scatter_single(part, t)`
     total = torch.empty_like(t)
-    dist.all_gather_single(total, part)  # BLANK every rank's positions, on every rank
+    dist.all_gather_single(total, part)  # BLANK every rank's positions, on every rank # REJECT `dist.all_reduce(part)` # REJECT `total.copy_(t)`
     return total, part
 
 
@@ -964,7 +964,7 @@ def sp_f_g():
 
         @staticmethod
         def backward(ctx, grad):
-            return scatter_rows(grad)  # BLANK the gradient of this rank's positions, (s / N, ...)
+            return scatter_rows(grad)  # BLANK the gradient of this rank's positions, (s / N, ...) # REJECT `grad` # REJECT `all_reduce_sum(grad)` # ACCEPT `scatter_rows(grad.clone())`
 
     class leave(torch.autograd.Function):
         """Where it ends: each rank holds a partial sum over every position, (s, ...)."""
@@ -975,7 +975,7 @@ def sp_f_g():
 
         @staticmethod
         def backward(ctx, grad):
-            return gather_rows(grad)  # BLANK the gradient of this rank's partial sum, (s, ...)
+            return gather_rows(grad)  # BLANK the gradient of this rank's partial sum, (s, ...) # REJECT `grad` # REJECT `scatter_rows(grad)`
 
     return enter, leave
 

@@ -98,14 +98,14 @@ def gpipe_table(num_stages, num_microbatches):
     table = [[None] * (2 * steps) for _ in range(S)]
     for t in range(steps):
         for s in range(S):
-            forward = t - s  # BLANK which micro-batch is on stage s at step t of the forward phase?
-            backward = t - (S - 1 - s)  # BLANK the same for the backward phase, which enters at the other end
+            forward = t - s  # BLANK which micro-batch is on stage s at step t of the forward phase? # REJECT `t + s` # REJECT `t - s - 1` # REJECT `s - t` # ACCEPT `-s + t`
+            backward = t - (S - 1 - s)  # BLANK the same for the backward phase, which enters at the other end # REJECT `t - s` # REJECT `t - (S - s)` # REJECT `t - (S + 1 - s)` # REJECT `t + s - S` # ACCEPT `t + s - S + 1`
             for kind, mb, column in (("F", forward, t), ("B", backward, steps + t)):
-                if 0 <= mb < M:  # BLANK is there such a micro-batch?
+                if 0 <= mb < M:  # BLANK is there such a micro-batch? # REJECT `0 <= mb <= M` # REJECT `0 < mb < M` # REJECT `mb < M` # REJECT `not 0 <= mb < M` # ACCEPT `mb in range(M)` # ACCEPT `M > mb >= 0`
                     table[s][column] = (s, kind, mb)
     total = len(table) * len(table[0])  # every slot of the table
     active = sum(action is not None for row in table for action in row)  # slots that hold work
-    bubble_ratio = (total - active) / total  # BLANK as defined above
+    bubble_ratio = (total - active) / total  # BLANK as defined above # REJECT `active / total` # REJECT `(total - active) / active` # REJECT `(S - 1) / M` # ACCEPT `1 - active / total` # ACCEPT `(S - 1) / (M + S - 1)`
     return table, bubble_ratio
 
 
@@ -243,11 +243,11 @@ def one_f_one_b_order(num_stages, num_microbatches):
     S, M = num_stages, num_microbatches
     order = []
     for s in range(S):
-        warmup = min(S - s - 1, M)  # BLANK how many forwards run before this stage's first backward?
+        warmup = min(S - s - 1, M)  # BLANK how many forwards run before this stage's first backward? # REJECT `min(S - s, M)` # REJECT `S - s - 1` # REJECT `min(s, M)` # REJECT `min(S - s - 2, M)` # REJECT `min(S - s + 1, M)` # REJECT `max(S - s - 1, M)` # ACCEPT `min(M, num_stages - 1 - s)` # ACCEPT `min(S - s - 1, M - 1)` # ACCEPT `min(M, S - s - 1)`
         actions = [(s, "F", mb) for mb in range(warmup)]
         for k in range(M - warmup):  # steady state: one forward, one backward
-            actions.append((s, "F", warmup + k))  # BLANK `warmup + k` the next micro-batch that has not gone forward
-            actions.append((s, "B", k))  # BLANK `k` the oldest micro-batch still held
+            actions.append((s, "F", warmup + k))  # BLANK `warmup + k` the next micro-batch that has not gone forward # REJECT `k` # REJECT `warmup + k + 1` # ACCEPT `k + warmup`
+            actions.append((s, "B", k))  # BLANK `k` the oldest micro-batch still held # REJECT `k + 1` # REJECT `warmup + k` # REJECT `M - 1 - k`
         actions += [(s, "B", mb) for mb in range(M - warmup, M)]  # cool-down
         order.append(actions)
     return order
@@ -336,17 +336,17 @@ def run_stage(rank, world_size, stage, actions, inputs, targets, shape):
             else:
                 sends.append(dist.isend(y.detach(), dst=nxt, tag=mb))
             stash[mb] = (x, y)
-            peak = max(peak, len(stash))  # BLANK the most micro-batches held so far
+            peak = max(peak, len(stash))  # BLANK the most micro-batches held so far # REJECT `len(stash)` # ACCEPT `max(len(stash), peak)`
         else:
-            x, y = stash.pop(mb)  # BLANK `pop` take this micro-batch out of the stash (its memory can go)
+            x, y = stash.pop(mb)  # BLANK `pop` take this micro-batch out of the stash (its memory can go) # REJECT `get`
             if last:
                 y.backward()
             else:
                 grad = torch.empty_like(y)
                 dist.recv(grad, src=nxt, tag=mb)
-                y.backward(grad)  # BLANK `grad` backpropagate what, through the stage?
+                y.backward(grad)  # BLANK `grad` backpropagate what, through the stage? # REJECT `torch.ones_like(y)`
             if not first:
-                sends.append(dist.isend(x.grad, dst=prev, tag=mb))  # BLANK `x.grad` what does the previous stage need?
+                sends.append(dist.isend(x.grad, dst=prev, tag=mb))  # BLANK `x.grad` what does the previous stage need? # REJECT `grad`
     for request in sends:
         request.wait()
     return [losses[mb] for mb in sorted(losses)], peak
@@ -446,9 +446,9 @@ def interleaved_order(num_stages, num_microbatches, num_chunks):
         forwards, backwards = [], []
         for group in rounds:
             for c in range(v):
-                forwards += [(c * S + r, "F", mb) for mb in group]  # BLANK `c * S + r` which stage is rank r's chunk c?
-                backwards += [((v - 1 - c) * S + r, "B", mb) for mb in group]  # BLANK `(v - 1 - c) * S + r` the chunks the other way round
-        warmup = min((v - 1) * size + S - r - 1, len(forwards))  # BLANK how many forwards before this rank's first backward? # ACCEPT `min((v - 1) * size + S - r - 1, len(backwards))`
+                forwards += [(c * S + r, "F", mb) for mb in group]  # BLANK `c * S + r` which stage is rank r's chunk c? # REJECT `r * v + c` # REJECT `c * S + r + 1` # REJECT `c + r * S` # ACCEPT `r + c * S`
+                backwards += [((v - 1 - c) * S + r, "B", mb) for mb in group]  # BLANK `(v - 1 - c) * S + r` the chunks the other way round # REJECT `c * S + r` # REJECT `(v - c) * S + r` # ACCEPT `(v - c - 1) * S + r`
+        warmup = min((v - 1) * size + S - r - 1, len(forwards))  # BLANK how many forwards before this rank's first backward? # ACCEPT `min((v - 1) * size + S - r - 1, len(backwards))` # REJECT `min((v - 1) * size + 2 * (S - r - 1), len(forwards))` # REJECT `min((v - 1) * S + S - r - 1, len(forwards))` # REJECT `min(v * size + S - r - 1, len(forwards))` # REJECT `min((v - 1) * size + S - r - 2, len(forwards))` # REJECT `min((v - 1) * size + r, len(forwards))` # REJECT `(v - 1) * size + S - r - 1` # REJECT `min(S - r - 1, len(forwards))` # ACCEPT `min(size * (v - 1) + S - 1 - r, v * M)` # ACCEPT `min(len(backwards), (v - 1) * size + S - r - 1)`
         actions = forwards[:warmup]
         for forward, backward in zip(forwards[warmup:], backwards, strict=False):  # steady
             actions += [forward, backward]
@@ -527,8 +527,8 @@ def zb_h1_order(num_stages, num_microbatches):
         for action in actions:
             split.append(action)  # a forward, or a B: now only the input gradient
             if action[1] == "B":
-                waiting.append((s, "W", action[2]))  # BLANK `(s, "W", action[2])` what this backward leaves to do later
-                if len(waiting) > s:  # BLANK may this stage run a waiting weight gradient now?
+                waiting.append((s, "W", action[2]))  # BLANK `(s, "W", action[2])` what this backward leaves to do later # REJECT `(s, "B", action[2])` # REJECT `(s, "W", len(waiting))` # REJECT `(s + 1, "W", action[2])` # ACCEPT `(s, "W", action[-1])`
+                if len(waiting) > s:  # BLANK may this stage run a waiting weight gradient now? # REJECT `len(waiting) >= s` # REJECT `len(waiting) > 0` # REJECT `len(waiting) > num_stages - 1 - s` # REJECT `len(waiting) > s + 1` # REJECT `len(waiting) < s` # ACCEPT `len(waiting) >= s + 1`
                     split.append(waiting.pop(0))
         split += waiting  # the rest fill the end
         order.append(split)
@@ -586,12 +586,12 @@ def pipelining_step(rank, world_size, part, schedule, x, y, num_microbatches):
     """One training step of torch's pipeline: `part` is this rank's stage of the model,
     schedule "GPipe" or "1F1B", x the batch and y its targets (every rank has them). Returns
     the micro-batch losses (on the rank that computes them; [] elsewhere)."""
-    stage = PipelineStage(part, stage_index=rank, num_stages=world_size, device=torch.device("cpu"))  # BLANK `rank` which stage does this rank hold?
+    stage = PipelineStage(part, stage_index=rank, num_stages=world_size, device=torch.device("cpu"))  # BLANK `rank` which stage does this rank hold? # REJECT `world_size - 1 - rank`
     schedule_class = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
     pipe = schedule_class(stage, n_microbatches=num_microbatches, loss_fn=F.mse_loss)
     losses = []
-    args = (x,) if rank == 0 else ()  # BLANK what does this rank pass to step positionally?
-    kwargs = {"target": y, "losses": losses} if rank == world_size - 1 else {}  # BLANK what does it pass by keyword? # ACCEPT `{"target": y, "losses": losses} if rank + 1 == world_size else {}` # REJECT `{"target": y, "losses": losses}` `{"target": y, "losses": losses} if rank == 0 else {}`
+    args = (x,) if rank == 0 else ()  # BLANK what does this rank pass to step positionally? # REJECT `(x,) if rank == world_size - 1 else ()` # REJECT `()`
+    kwargs = {"target": y, "losses": losses} if rank == world_size - 1 else {}  # BLANK what does it pass by keyword? # ACCEPT `{"target": y, "losses": losses} if rank + 1 == world_size else {}` # REJECT `{"target": y, "losses": losses}` `{"target": y, "losses": losses} if rank == 0 else {}` # REJECT `{}`
     pipe.step(*args, **kwargs)
     return [loss.item() for loss in losses]
 
@@ -702,14 +702,14 @@ def activation_bytes(depth, width, batch, checkpointed, seed=0):
 
     def pack(t):
         nonlocal saved
-        if t.untyped_storage().data_ptr() not in weights:  # BLANK which saved tensors count? # ACCEPT `t.data_ptr() not in weights`
-            saved += t.numel() * t.element_size()  # BLANK its size in bytes # ACCEPT `t.numel() * h.element_size()`
+        if t.untyped_storage().data_ptr() not in weights:  # BLANK which saved tensors count? # ACCEPT `t.data_ptr() not in weights` # REJECT `t.untyped_storage().data_ptr() in weights` # REJECT `True` # REJECT `not isinstance(t, nn.Parameter)` # ACCEPT `not t.untyped_storage().data_ptr() in weights`
+            saved += t.numel() * t.element_size()  # BLANK its size in bytes # ACCEPT `t.numel() * h.element_size()` # REJECT `t.numel()` # REJECT `t.element_size()` # ACCEPT `t.element_size() * t.nelement()`
         return t
 
     start = time.perf_counter()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         for block in blocks:
-            h = checkpoint(block, h, use_reentrant=False) if checkpointed else block(h)  # BLANK `checkpoint(block, h, use_reentrant=False)` the block, keeping only its input
+            h = checkpoint(block, h, use_reentrant=False) if checkpointed else block(h)  # BLANK `checkpoint(block, h, use_reentrant=False)` the block, keeping only its input # REJECT `block(h)` # REJECT `checkpoint(block, h, use_reentrant=True)` # REJECT `checkpoint(block, h.detach(), use_reentrant=False)` # ACCEPT `checkpoint(block.forward, h, use_reentrant=False)`
         loss = h.square().mean()
     loss.backward()
     seconds = time.perf_counter() - start

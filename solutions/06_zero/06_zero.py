@@ -144,8 +144,8 @@ def assign_params(sizes, loads):
     owners[i] is the rank that owns parameter i, loads what each rank owns afterwards."""
     loads = list(loads)
     owners = [None] * len(sizes)
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):  # BLANK `-sizes[i]` in which order?
-        owner = loads.index(min(loads))  # BLANK who gets it? # ACCEPT `min(range(len(loads)), key=loads.__getitem__)` `int(np.argmin(loads))`
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):  # BLANK `-sizes[i]` in which order? # REJECT `sizes[i]`
+        owner = loads.index(min(loads))  # BLANK who gets it? # ACCEPT `min(range(len(loads)), key=loads.__getitem__)` `int(np.argmin(loads))` # REJECT `loads.index(max(loads))`
         owners[i] = owner
         loads[owner] += sizes[i]
     return owners, loads
@@ -241,7 +241,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         mine = []
         for p, owner in zip(group["params"], owners, strict=True):
             self.owner[p] = owner
-            if owner == self.rank:  # BLANK is p this rank's? # ACCEPT `self.rank == owner`
+            if owner == self.rank:  # BLANK is p this rank's? # ACCEPT `self.rank == owner` # REJECT `owner != self.rank`
                 mine.append(p)
         local_group = {**group, "params": mine}
         if self.local is None:
@@ -438,7 +438,7 @@ class FlatShard:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.shapes = [torch.Size(shape) for shape in shapes]
         self.numel = sum(shape.numel() for shape in self.shapes)
-        self.size = -(-self.numel // self.world_size)  # BLANK elements in one slice (every rank's the same length) # ACCEPT `math.ceil(self.numel / self.world_size)` `(self.numel + self.world_size - 1) // self.world_size` # REJECT `self.numel // self.world_size + 1`
+        self.size = -(-self.numel // self.world_size)  # BLANK elements in one slice (every rank's the same length) # ACCEPT `math.ceil(self.numel / self.world_size)` `(self.numel + self.world_size - 1) // self.world_size` # REJECT `self.numel // self.world_size + 1` # REJECT `self.numel // self.world_size`
 
     def flatten(self, tensors):
         """A new full buffer: `tensors` (of our shapes) one after the other, then zeros."""
@@ -448,7 +448,7 @@ class FlatShard:
 
     def shard_of(self, flat):
         """This rank's slice of a full buffer (a view: writing to it writes to `flat`)."""
-        return flat[self.rank * self.size:(self.rank + 1) * self.size]  # BLANK `self.rank * self.size:(self.rank + 1) * self.size` which elements are this rank's? # ACCEPT `self.rank * self.size:self.rank * self.size + self.size`
+        return flat[self.rank * self.size:(self.rank + 1) * self.size]  # BLANK `self.rank * self.size:(self.rank + 1) * self.size` which elements are this rank's? # ACCEPT `self.rank * self.size:self.rank * self.size + self.size` # REJECT `self.rank * self.size:(self.rank + 1) * self.size - 1`
 
     def views(self, flat):
         """The tensors, as views of a full buffer, in their shapes."""
@@ -545,7 +545,7 @@ class Zero2Optimizer:
         self.shard.grad = self.layout.reduce_scatter(flat_grad)  # BLANK `self.layout.reduce_scatter(flat_grad)` what does this rank's optimizer step with? # REJECT `self.layout.shard_of(flat_grad)`
         del flat_grad
         self.local.step()  # updates self.shard, a slice of self.flat
-        self.layout.gather(self.shard, out=self.flat)  # BLANK `self.layout.gather(self.shard, out=self.flat)` every rank's new slice, into every p # ACCEPT `self.flat.copy_(self.layout.gather(self.shard))` # REJECT `self.layout.gather(self.flat, out=self.flat)`
+        self.layout.gather(self.shard, out=self.flat)  # BLANK `self.layout.gather(self.shard, out=self.flat)` every rank's new slice, into every p # ACCEPT `self.flat.copy_(self.layout.gather(self.shard))` # REJECT `self.layout.gather(self.flat, out=self.flat)` # REJECT `None`
 
 
 # %%
@@ -671,7 +671,7 @@ class GatheredUnit(torch.autograd.Function):
     def backward(ctx, grad_output):
         shard, *inputs = ctx.saved_tensors
         unit = ctx.unit
-        full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK the whole unit again # REJECT `unit.layout.views(shard)` `shard`
+        full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK the whole unit again # REJECT `unit.layout.views(shard)` `shard` # REJECT `unit.layout.gather(shard)`
         grad_inputs, grad_full = unit.gradients(full, inputs, grad_output)  # forward + backward
         grad_shard = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype))  # BLANK this rank's slice of the averaged gradient # ACCEPT `unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype).contiguous())` # REJECT `unit.layout.reduce_scatter(grad_full)` `unit.layout.shard_of(grad_full)` `unit.layout.reduce_scatter(grad_full.float())` `unit.layout.reduce_scatter(grad_full).to(unit.reduce_dtype)`
         return grad_shard.to(shard.dtype), None, *grad_inputs  # the master's gradient: fp32
