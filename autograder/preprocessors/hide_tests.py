@@ -9,11 +9,11 @@ class HideTests(ClearHiddenTests):
     """Remove hidden-test source from graded cells and reduce their errors to one line.
 
     A traceback from a graded cell would quote the hidden test's lines, so an error output
-    keeps only its type and message; so does one from any cell that held the markers (a
-    graded cell copied as an ordinary one raises there: the kernel cannot import the grading
-    side). A learner's own cell may hold the markers too (a copied
-    graded cell, or on purpose): its region is cut like any other, and a BEGIN without its END
-    cuts the rest of the cell, where nbgrader would stop and leave the learner no feedback.
+    keeps only its type and message. A learner's own cell may hold the markers too (a copied
+    graded cell, or on purpose): its region is cut like any other, a BEGIN without its END cuts
+    the rest of the cell, where nbgrader would stop and leave the learner no feedback, and its
+    error keeps only its type and message as well (a copied graded cell raises in the grading
+    kernel, which cannot import the grading side, and its traceback quotes the region).
     """
 
     enforce_metadata = Bool(False, help="Fail on hidden tests outside graded cells"
