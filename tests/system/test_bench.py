@@ -34,11 +34,19 @@ TABLES = ("02 cost models", "04 tensor-parallel", "05 pipeline", "03 data parall
 
 def test_every_table_is_printed(quick_bench):
     titles = [line[3:] for line in quick_bench.stdout.splitlines() if line.startswith("## ")]
-    assert [next((t for t in TABLES if title.startswith(t)), title) for title in titles] \
-        == list(TABLES)
+    assert sorted(next((t for t in TABLES if title.startswith(t)), title) for title in titles) \
+        == sorted(TABLES)
     for own in ("spawn / distlab warm call:", "ring all-reduce (send/recv) vs dist.all_reduce",
                 "refresh (draw 8 blanks + lay out)"):
         assert own in quick_bench.stdout
+
+
+def test_every_benchmark_is_found_by_folder_and_has_a_main():
+    import importlib
+
+    assert {"launch", "collectives", "grading", "drills"} <= set(MODULES)
+    for name in MODULES:
+        assert callable(importlib.import_module(f"bench.bench_{name}").main), name
 
 
 def test_a_benchmark_that_fails_is_named_and_the_others_still_run(monkeypatch, capsys):
