@@ -45,15 +45,14 @@ from pathlib import Path
 
 from autograder import solved
 from distlab.source import paths
+from distlab.source.definitions import functions
 from distlab.source.markers import (
     BLANK,
-    MARKER,
-    SPAN,
     Blank,
     MarkerError,
     blank_source,
     comment_start,
-    split_clauses,
+    line_clauses,
 )
 
 MIN_TOKENS = 3  # an answer of fewer tokens is too short to be "given away"
@@ -206,13 +205,8 @@ def _short(answer: str) -> bool:
 
 def _clauses(line: str, count: int) -> list[dict[str, str]]:
     """For each blank of a solved line, its give-away clauses: {"SHAPE": reason, "API": ""}."""
-    column = comment_start(line)
-    marker = MARKER.match(line[column:]) if column is not None else None
-    rest = marker["rest"] if marker else ""
-    while (span := SPAN.match(rest)) is not None:
-        rest = rest[span.end():]
     found: list[dict[str, str]] = [{} for _ in range(count)]
-    for clause in split_clauses(rest)[1]:
+    for clause in line_clauses(line):
         if clause.kind in ("SHAPE", "API"):
             index = (clause.which or 1) - 1
             if 0 <= index < count:
@@ -273,16 +267,13 @@ def _module_file(module: str) -> Path | None:
     return None
 
 
-def _definition(path: Path, name: str) -> tuple[int, list[str]] | None:
-    """(first line, lines) of top-level `name` in the module at path, following the
-    module's own `from distlab.x import name` (how distlab/__init__.py re-exports)."""
-    tree = ast.parse(path.read_text())
-    lines = path.read_text().split("\n")
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
-                and node.name == name:
-            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            return first, lines[first - 1:node.end_lineno]
+def _definition(path: Path, name: str) -> str | None:
+    """The source of top-level `name` in the module at path, following the module's own
+    `from distlab.x import name` (how distlab/__init__.py re-exports)."""
+    text = path.read_text()
+    if (found := functions(text).get(name)) is not None:
+        return found
+    for node in ast.parse(text).body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("distlab") \
                 and any(alias.name == name for alias in node.names):
             target = _module_file(node.module)
@@ -322,9 +313,8 @@ def _distlab_screen(nb) -> list[Shown]:
                 found = _definition(path, alias.name)
                 if found and (path, alias.name) not in seen:
                     seen.add((path, alias.name))
-                    first, lines = found
                     shown += [Shown(f"distlab.{alias.name}, {where}", line, True, "distlab")
-                              for line in lines]
+                              for line in found.split("\n")]
     return shown
 
 
@@ -354,6 +344,12 @@ def check_assignment(assignment: str, solutions: Path = paths.SOLUTIONS,
         screen += [Shown(here(index, row), line, cell.cell_type == "code", place)
                    for row, line in enumerate(text.split("\n"), start=1)]
     screen += _outputs(nb, executed, here) + _distlab_screen(nb)
+    # what every blank is compared with, computed once: each line without its whitespace
+    # (blanks masked), and each piece of code with its shape
+    flat = [(item, re.sub(r"\s", "", item.text).replace(BLANK, "\x01")) for item in screen]
+    places = {item.where: item.place for item in screen}
+    pieces = [(where, places[where], piece, shape(tokens(piece), kept))
+              for where, piece in _code_pieces(screen)]
     report = Report(assignment)
     asked: dict[tuple, list[tuple[str, str]]] = {}  # idea -> where it is asked
     for index, (cell, (_, blanks)) in enumerate(zip(nb.cells, released, strict=True)):
@@ -368,8 +364,8 @@ def check_assignment(assignment: str, solutions: Path = paths.SOLUTIONS,
                                                "marked # API: not checked"))
                 continue
             hint = [Shown(where, f"# {blank.hint}", False, "hint")] if blank.hint else []
-            _one_blank(report, blank, where, clauses.get("SHAPE", ""), screen, hint, kept,
-                       asked)
+            _one_blank(report, blank, where, clauses.get("SHAPE", ""), flat, pieces, hint,
+                       kept, asked)
     for places in asked.values():
         if len(places) > MAX_REPEATS:
             report.findings.append(Finding(
@@ -379,7 +375,8 @@ def check_assignment(assignment: str, solutions: Path = paths.SOLUTIONS,
     return report
 
 
-def _one_blank(report: Report, blank: Blank, where: str, reason: str, screen: list[Shown],
+def _one_blank(report: Report, blank: Blank, where: str, reason: str,
+               flat_screen: list[tuple[Shown, str]], pieces: list[tuple[str, str, str, list]],
                hint: list[Shown], kept: set[str], asked: dict) -> None:
     answer = blank.answer
     flat = re.sub(r"\s", "", answer)
@@ -394,20 +391,19 @@ def _one_blank(report: Report, blank: Blank, where: str, reason: str, screen: li
                                            f"{blank.hint}", place="hint"))
             return
     if not _short(answer):
-        for item in screen:
-            if flat in re.sub(r"\s", "", item.text).replace(BLANK, "\x01"):
+        for item, text in flat_screen:
+            if flat in text:
                 report.findings.append(Finding("GIVEN AWAY", where, answer,
                                                f"it stands in {item.place} at {item.where}: "
                                                f"{item.text.strip()[:90]}", place=item.place))
                 return
     if len(answer_tokens) >= MIN_SHAPE_TOKENS:
-        places = {item.where: item.place for item in screen}
-        for piece_where, piece in _code_pieces(screen):
-            if _contains(shape(tokens(piece), kept), answer_shape):
+        for piece_where, place, piece, piece_shape in pieces:
+            if _contains(piece_shape, answer_shape):
                 report.findings.append(Finding("SAME SHAPE", where, answer,
-                                               f"its shape stands in {places[piece_where]} at "
+                                               f"its shape stands in {place} at "
                                                f"{piece_where}: {piece.strip()[:90]}", reason,
-                                               place=places[piece_where]))
+                                               place=place))
                 return
 
 

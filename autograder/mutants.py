@@ -38,7 +38,7 @@ import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from distlab.source.markers import MARKER, SPAN, MarkerError, comment_start, split_clauses
+from distlab.source.markers import MarkerError, line_clauses
 
 MAX_SIBLINGS = 12  # other members of an enum tried for one blank
 
@@ -47,13 +47,8 @@ MAX_SIBLINGS = 12  # other members of an enum tried for one blank
 
 def answer_lists(line: str, count: int, where: str = "<cell>") -> list[tuple[tuple, tuple]]:
     """(accepted, rejected) answers of each of the `count` blanks of a solved line."""
-    column = comment_start(line)
-    marker = MARKER.match(line[column:]) if column is not None else None
-    rest = marker["rest"] if marker else ""
-    while (span := SPAN.match(rest)) is not None:
-        rest = rest[span.end():]
     lists: list[tuple[list, list]] = [([], []) for _ in range(count)]
-    for clause in split_clauses(rest, where)[1]:
+    for clause in line_clauses(line, where):
         if clause.kind in ("SHAPE", "API"):  # for the give-away check, not answers
             continue
         if clause.which is None and count > 1:
@@ -65,6 +60,13 @@ def answer_lists(line: str, count: int, where: str = "<cell>") -> list[tuple[tup
                               "blank(s)")
         lists[index][clause.kind == "REJECT"].extend(clause.answers)
     return [(tuple(accepted), tuple(rejected)) for accepted, rejected in lists]
+
+
+def blank_answers(source: str, blanks: list, blank, where: str = "<cell>") -> tuple[tuple, tuple]:
+    """(accepted, rejected) answers of one blank of a solved cell (`blanks`: all of its)."""
+    on_line = [b for b in blanks if b.line == blank.line]
+    line = source.split("\n")[blank.line - 1]
+    return answer_lists(line, len(on_line), where)[on_line.index(blank)]
 
 
 # ---------------------------------------------------------------- what a function offers

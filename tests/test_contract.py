@@ -23,7 +23,7 @@ import pytest
 from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
 
 from autograder import giveaway, reference
-from autograder.mutants import answer_lists
+from autograder.mutants import blank_answers
 from distlab.source import paths
 
 IDS = paths.assignment_ids()
@@ -35,10 +35,8 @@ def rejects() -> list[tuple[str, str, int, str]]:
     found = []
     for assignment, name in EXERCISES:
         _, cell, blanks = reference.locate(name)
-        lines = cell.source.split("\n")
         for blank in blanks:
-            on_line = [b for b in blanks if b.line == blank.line]
-            _, rejected = answer_lists(lines[blank.line - 1], len(on_line))[on_line.index(blank)]
+            _, rejected = blank_answers(cell.source, blanks, blank)
             if rejected:
                 found.append((assignment, name, blank.number, rejected[0]))
     return found

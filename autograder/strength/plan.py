@@ -13,7 +13,7 @@ from pathlib import Path
 from autograder import drill_verdicts, solved
 from autograder.mutants import (
     Mutant,
-    answer_lists,
+    blank_answers,
     generate,
     merge,
     scope_of,
@@ -179,10 +179,8 @@ def _mutate(case: BlankCase, solved_cell: str, template: str, blanks: list[Blank
     blank = case.blank
     if not case.tests:
         case.problems.append(f"no hidden test covers {case.function}")
-    on_line = [b for b in blanks if b.line == blank.line]
     try:
-        line = solved_cell.split("\n")[blank.line - 1]
-        accepted, rejected = answer_lists(line, len(on_line), case.where)[on_line.index(blank)]
+        accepted, rejected = blank_answers(solved_cell, blanks, blank, case.where)
     except MarkerError as err:
         case.problems.append(str(err))
         accepted, rejected = (), ()

@@ -98,6 +98,17 @@ def split_clauses(rest: str, where: str = "<cell>") -> tuple[str, list[Clause]]:
     return hint, clauses
 
 
+def line_clauses(line: str, where: str = "<cell>") -> list[Clause]:
+    """The clauses (`# ACCEPT`, `# REJECT`, `# SHAPE`, `# API`) of a solved line's marker,
+    after its spans and hint; [] for a line without one."""
+    column = comment_start(line)
+    marker = MARKER.match(line[column:]) if column is not None else None
+    rest = marker["rest"] if marker else ""
+    while (span := SPAN.match(rest)) is not None:
+        rest = rest[span.end():]
+    return split_clauses(rest, where)[1]
+
+
 def comment_start(line: str) -> int | None:
     """Column of the line's comment, found with the tokenizer so `#` in strings is ignored."""
     try:
