@@ -50,7 +50,7 @@ print(f"snoop by path: looked in {len(looked)} folders, found {len(found)}")
 # `autograder` by name, and the modules a hidden test and the references live in
 MODULES = ("autograder", "autograder.grade_cell", "autograder.reference",
            "autograder.exercises", "autograder.exercises.collectives")
-BY_IMPORT = f"""
+IMPORT = f"""
 import importlib, inspect
 imported = []
 for name in {MODULES!r}:
@@ -64,34 +64,30 @@ for name in {MODULES!r}:
         print(f"IMPORTED {{name}}\\n{{inspect.getsource(module)}}")
     except Exception:
         print(f"IMPORTED {{name}} from {{getattr(module, '__path__', '?')}}")
+"""
+
+BY_IMPORT = IMPORT + f"""
 print(f"snoop by import: tried {{len({MODULES!r})}} modules, found {{len(imported)}}")
 """
 
 # where the course must be, from distlab's own file: onto sys.path, and in a .pth of its own
 # (site.addsitedir runs it), then both walks again, through PID 1's view of the machine too
-BY_SYS_PATH = WALK + f"""
+BY_SYS_PATH = WALK + """
 import importlib, os, site, sys, tempfile
 import distlab
 course = pathlib.Path(distlab.__file__).resolve().parents[2]
 sys.path[:0] = [str(course), str(course / "src")]
 pth = tempfile.mkdtemp()
 with open(os.path.join(pth, "course.pth"), "w") as f:
-    f.write(f"{{course}}\\nimport sys; sys.path.insert(0, {{str(course)!r}})\\n")
+    f.write(f"{course}\\nimport sys; sys.path.insert(0, {str(course)!r})\\n")
 site.addsitedir(pth)
 importlib.invalidate_caches()
 for name in [m for m in list(sys.modules) if m == "autograder" or m.startswith("autograder.")]:
     del sys.modules[name]
-imported = []
-for name in {MODULES!r}:
-    try:
-        module = importlib.import_module(name)
-        print(f"IMPORTED {{name}}\\n{{__import__('inspect').getsource(module)}}")
-        imported.append(name)
-    except Exception as err:
-        print(f"import {{name}}: {{type(err).__name__}}")
-looked, found = walk([course, f"/proc/1/root{{course}}", "/proc/1/cwd", *sys.path])
-print(f"snoop by sys.path and .pth: {{len(imported)}} imported, looked in {{len(looked)}} "
-      f"folders, found {{len(found)}}")
+""" + IMPORT + """
+looked, found = walk([course, f"/proc/1/root{course}", "/proc/1/cwd", *sys.path])
+print(f"snoop by sys.path and .pth: {len(imported)} imported, looked in {len(looked)} "
+      f"folders, found {len(found)}")
 """
 
 SNOOPS = {"snoop_by_path": BY_PATH, "snoop_by_import": BY_IMPORT,
