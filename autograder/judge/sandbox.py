@@ -323,7 +323,10 @@ def _enter(config: dict, copy_in: list[str], argv: list[str], rlimit_as: bool) -
         _loopback_up()
     # Opened before any mount: a hidden folder may soon cover them (bound via /proc/self/fd).
     shown = {path: (os.open(path, os.O_PATH), MS_RDONLY) for path in config["readable"]}
-    if config.get("readable_cwd") and cwd not in shown:
+    # A working directory that is itself hidden stays hidden (a kernel started in the course
+    # repository under kernel_view sees an empty folder): showing it would bind the folder
+    # over its own cover, and what it holds is what the cover is for.
+    if config.get("readable_cwd") and cwd not in shown and cwd not in config["hidden"]:
         shown[cwd] = (os.open(cwd, os.O_PATH), MS_RDONLY)
     shown.update({path: (os.open(path, os.O_PATH), 0) for path in config["writable"]})
     copies = {}

@@ -282,6 +282,19 @@ def test_does_a_working_directory_in_a_hidden_folder_see_nothing(uid, outside_tm
 
 
 @needs_namespaces
+def test_does_a_readable_working_directory_that_is_hidden_itself_stay_hidden(uid, outside_tmp):
+    """readable_cwd shows the folder a kernel starts in, but not when that folder is hidden
+    (the grading kernel started in the course repository, which kernel_view hides whole):
+    the command starts in an empty folder, and what is hidden inside the folder stays so."""
+    (outside_tmp / "answer.txt").write_text("42")
+    (outside_tmp / "solutions").mkdir()
+    command = wrap([PY, "-c", "import os; print(os.listdir('.'))"], uid=uid,
+                   hidden=[str(outside_tmp), str(outside_tmp / "solutions")], readable_cwd=True)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=outside_tmp)
+    assert (result.returncode, result.stdout) == (0, "['solutions']\n"), result.stderr
+
+
+@needs_namespaces
 def test_is_a_working_directory_under_a_hidden_folder_an_error(uid, outside_tmp):
     (outside_tmp / "inner").mkdir()
     command = wrap([PY, "-c", "pass"], uid=uid, hidden=[str(outside_tmp)])
