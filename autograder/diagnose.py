@@ -12,7 +12,7 @@ import inspect
 import itertools
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from distlab.blanks import source_lines
 from distlab.source.markers import BLANK, Blank, comment_start
@@ -21,6 +21,12 @@ from distlab.source.markers import BLANK, Blank, comment_start
 def _code(line: str) -> str:
     column = comment_start(line)
     return (line if column is None else line[:column]).strip()
+
+
+def _uncommented(line: str) -> str:
+    """line without its comment, its indentation kept."""
+    column = comment_start(line)
+    return (line if column is None else line[:column]).rstrip()
 
 
 def _pattern(template_code: str) -> re.Pattern:
@@ -37,6 +43,7 @@ class Filled:
     where: list[int | None]  # per template blank line: the learner line that matches it
     fills: dict[int, str]  # blank number -> what the learner wrote there
     template_lines: list[tuple[str, list[Blank]]]  # (template code, its blanks)
+    last: dict[int, int] = field(default_factory=dict)  # a fill over several lines: its last
 
     def unfilled(self) -> set[int]:
         return {n for n, text in self.fills.items() if text.strip() == BLANK}
@@ -55,13 +62,15 @@ class Filled:
             text = parts[0]
             for blank, tail in zip(blanks, parts[1:], strict=True):
                 text += self.fills.get(blank.number, BLANK) + tail
-            rows[row] = indent + text
+            rows[row] = indent + text.replace("\n", "\n" + indent)
         return "\n".join(rows)
 
     def with_answers(self, numbers: set[int], answers: dict[int, str]) -> str:
         """The learner's source with the blanks in `numbers` replaced by `answers`."""
         lines = list(self.lines)
-        for index, (code, blanks) in zip(self.where, self.template_lines, strict=True):
+        # from the bottom up: a fill over several lines becomes one line of the answer
+        for index, (code, blanks) in reversed(list(zip(self.where, self.template_lines,
+                                                       strict=True))):
             if index is None or not any(b.number in numbers for b in blanks):
                 continue
             indent = re.match(r"\s*", lines[index]).group(0)
@@ -70,7 +79,8 @@ class Filled:
             for blank, tail in zip(blanks, parts[1:], strict=True):
                 chosen = answers if blank.number in numbers else self.fills
                 text += chosen[blank.number] + tail
-            lines[index] = indent + text
+            lines[index:self.last.get(index, index) + 1] = [
+                indent + text.replace("\n", "\n" + indent)]
         return "\n".join(lines)
 
 
@@ -108,29 +118,39 @@ def read_fills(learner_source: str, template: str, blanks: list[Blank]) -> Fille
 
     where: list[int | None] = []
     fills: dict[int, str] = {}
+    last: dict[int, int] = {}
     cursor = 0
     for number, row in enumerate(rows, start=1):
         if number not in by_line:
             found = anchor(row, cursor) if row else None
             cursor = cursor if found is None else found + 1
             continue
-        if row == BLANK:  # a whole statement: the learner's line before the next anchor
+        if row == BLANK:  # a whole statement: the learner's lines before the next anchor
             following = next((r for r in rows[number:] if r and BLANK not in r), None)
             stop = anchor(following, cursor) if following else None
             window = [j for j in range(cursor, stop if stop is not None else len(codes))
                       if codes[j]]
+            after = next((r for r in rows[number:] if r), "")
+            if BLANK in after or (following and stop is None):  # a blank next, or the next
+                window = window[:1]  # line not found again: the one line
             found = window[0] if window else None
-            texts = [codes[found]] if found is not None else []
+            texts = []
+            if found is not None:  # the statements written there, as one block of code
+                last[found] = window[-1]
+                block = [lines[j] for j in range(found, window[-1] + 1)]
+                base = len(block[0]) - len(block[0].lstrip())
+                texts = ["\n".join(_code(line) if k == 0 else _uncommented(
+                    line[:base].lstrip() + line[base:]) for k, line in enumerate(block)).strip()]
         else:
             match = next(((j, m) for j in range(cursor, len(codes))
                           if (m := _pattern(row).match(codes[j]))), None)
             found, texts = (match[0], match[1].groups()) if match else (None, [])
         if found is not None:
-            cursor = found + 1
+            cursor = last.get(found, found) + 1
             for blank, text in zip(by_line[number], texts, strict=True):
                 fills[blank.number] = text.strip()
         where.append(found)
-    return Filled(lines, where, fills, template_lines)
+    return Filled(lines, where, fills, template_lines, last)
 
 
 def _globals_of(fn) -> dict:

@@ -27,7 +27,9 @@ def answered(source: str, blanks: list, answers: dict[int, str], name: str = "")
         blank = blanks[number - 1]
         code, marker = lines[blank.line - 1].split("# BLANK", 1)
         assert code.count(blank.answer) == 1, f"{name} [{number}]: answer not unique in {code!r}"
-        lines[blank.line - 1] = code.replace(blank.answer, answer) + "# BLANK" + marker
+        indent = code[:len(code) - len(code.lstrip())]  # an answer over several lines
+        lines[blank.line - 1] = (code.replace(blank.answer, answer.replace("\n", "\n" + indent))
+                                 + "# BLANK" + marker)
     return "\n".join(lines)
 
 

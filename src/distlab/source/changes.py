@@ -20,8 +20,9 @@ def _is_blank(node) -> bool:
 
 def changed_line(learner_source: str, template_source: str) -> int | None:
     """The first line (1-based, in the learner's source) whose code differs from the released
-    template anywhere but in a blank, or None. Compared as syntax trees: spacing, comments and
-    a fill written over several lines do not count as changes."""
+    template anywhere but in a blank, or None. Compared as syntax trees: spacing, comments, a
+    fill written over several lines and several statements in a whole-statement blank do not
+    count as changes."""
     try:
         learner, template = ast.parse(learner_source), ast.parse(template_source)
     except SyntaxError as err:
@@ -44,6 +45,13 @@ def changed_line(learner_source: str, template_source: str) -> int | None:
                     return found or getattr(mine, "lineno", None) or 1
             return None
         if isinstance(mine, list):
+            statement_blanks = [k for k, node in enumerate(theirs) if isinstance(node, ast.Expr)
+                                and _is_blank(node.value)]
+            if len(statement_blanks) == 1 and len(mine) > len(theirs):
+                # a whole-statement blank filled with several statements: it takes the ones
+                # between the code before it and the code after it
+                k, extra = statement_blanks[0], len(mine) - len(theirs)
+                mine = mine[:k] + [mine[k]] + mine[k + extra + 1:]
             if len(mine) != len(theirs):
                 extra = (mine + theirs)[min(len(mine), len(theirs))]
                 return getattr(extra, "lineno", None) or 1
