@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: the course's pac
 
 # (snippet, the span to blank, an answer written differently that passes)
 RUN_CASES = [("ring_allreduce", "(i + 1) % N", "(1 + i) % N"),
-             ("ring_allreduce_p2p", "(rank - step) % N", "(rank + N - step) % N")]
+             ("ring_reduce_scatter", "(rank - 1) % N", "(rank + N - 1) % N")]
 
 
 def _median(action, repeats: int) -> float:

@@ -78,7 +78,7 @@ def test_snippets_are_the_solved_code_without_markers():
     raw = (paths.SOLUTIONS / "01_collectives" / "01_collectives.py").read_text()
     assert "BLANK" not in snippet.source and "ACCEPT" not in snippet.source
     assert "    right = [(i + 1) % N for i in range(N)]\n" in snippet.source
-    assert "# Scatter-reduce: N-1 steps" in snippet.source  # an ordinary comment stays
+    assert "# Phase 1: N-1 steps" in snippet.source  # an ordinary comment stays
     for line in snippet.source.split("\n"):
         assert any(raw_line.startswith(line) for raw_line in raw.split("\n")), line
 

@@ -82,10 +82,11 @@ def mutant(tmp_path: Path, id: str, right: str, wrong: str) -> Path:
 
 @pytest.mark.slow
 def test_does_a_wrong_answer_fail_under_torchrun_too(tmp_path):
-    """A REJECT of ring_allreduce_p2p's blank [2] (`copy_` for `add_`): the script itself,
-    started by torchrun, fails and names the exercise."""
-    source = mutant(tmp_path, "01_collectives", "arriving.add_(incoming)",
-                    "arriving.copy_(incoming)")
+    """ring_reduce_scatter's given add made a copy (`copy_` for `add_`), which
+    ring_allreduce_p2p runs: the script itself, started by torchrun, fails and names the
+    exercise."""
+    source = mutant(tmp_path, "01_collectives", "chunks[recv_index].add_(incoming)",
+                    "chunks[recv_index].copy_(incoming)")
     script = export(source, ["ring_allreduce_p2p"], tmp_path / "out")
     done = torchrun(2, script, *SMALL)
     assert done.returncode != 0
@@ -121,23 +122,27 @@ def learner_notebook(tmp_path: Path, filled: dict[str, str]) -> Path:
 def test_does_an_unfilled_blank_stop_the_export_with_the_notebooks_message(tmp_path, capsys):
     notebook = learner_notebook(tmp_path, {})  # as released: every blank empty
     with pytest.raises(BlankNotFilled, match=re.escape(
-            "ring_allreduce_p2p still has 4 blank line(s) to fill: blanks [1], [2], [3], [4] "
-            "(lines 15, 19, 23, 24).\nReplace each `_____` with your code")):
+            "exchange still has 1 blank line(s) to fill: blank [1] (line 4).\n"
+            "Replace each `_____` with your code")):
         export(notebook, ["ring_allreduce_p2p"], tmp_path / "out")
     assert main([str(notebook), "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err  # the whole notebook: every exercise with a blank, in order
     assert err.startswith("BlankNotFilled: hello_allreduce still has 3 blank line(s)")
-    assert "\nring_allreduce_p2p still has 4 blank line(s)" in err
+    assert "\nexchange still has 1 blank line(s)" in err
+    assert "\nring_reduce_scatter still has 1 blank line(s)" in err
     assert not (tmp_path / "out").exists()
 
 
 def test_does_a_learners_filled_notebook_export(tmp_path, capsys):
-    solved = strip_markers(solution_sources("01_collectives")["ring_allreduce_p2p"])
-    notebook = learner_notebook(tmp_path, {"ring_allreduce_p2p": solved})
+    sources = solution_sources("01_collectives")
+    solved = {name: strip_markers(sources[name]) for name in ("exchange", "ring_reduce_scatter")}
+    notebook = learner_notebook(tmp_path, solved)
     assert main([str(notebook), "ring_allreduce_p2p", "-o", str(tmp_path / "out")]) == 0
     script = tmp_path / "out" / "01_collectives.py"
     assert f"wrote {script}" in capsys.readouterr().out
-    assert solved in script.read_text() and "def hello_allreduce(" not in script.read_text()
+    text = script.read_text()
+    assert all(code in text for code in solved.values()) and "def ring_allreduce_p2p(" in text
+    assert "def hello_allreduce(" not in text
 
 
 def test_are_unknown_exercises_and_notebooks_without_any_refused(tmp_path):

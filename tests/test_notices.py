@@ -35,7 +35,7 @@ def test_a_check_after_a_failed_definition_says_it_uses_the_old_one(outputs):
 
 
 def test_a_line_changed_outside_the_blanks_is_named_in_the_cell_and_its_checks(outputs):
-    expected = "⚠ line 5 of chunk_bounds was changed outside the blanks (bounds, start = [], 1)"
+    expected = "⚠ line 4 of chunk_bounds was changed outside the blanks (bounds, start = [], 1)"
     assert outputs[5].startswith(expected), outputs[5]
     assert outputs[6].startswith(expected), outputs[6]
     assert "its cell did not run" not in outputs[6]  # redefined since: no longer stale

@@ -94,7 +94,7 @@ def test_an_exercise_changed_outside_its_blanks_is_reported_even_when_checks_pas
     nb = _notebook(_exercise(edited), _check("assert chunk_bounds(4, 2)"))
     lines, wrong = summary(nb)
     assert wrong and lines[0] == "1 of 1 checks pass."
-    assert lines[1].startswith("⚠ chunk_bounds: line 5 was changed outside the blanks "
+    assert lines[1].startswith("⚠ chunk_bounds: line 4 was changed outside the blanks "
                                "(bounds, start = [], 1)"), lines
 
 

@@ -1,22 +1,28 @@
 """Hidden tests of notebook 01 (collectives): one per learner function, oracles from numpy
-(sum, mean, array_split, transpose), also for the real-rank exercises: their results are
-compared here, never on the ranks, where under the judge the learner's code runs too.
+and torch (sum, mean, array_split, concatenation, transpose), compared here, never on the
+ranks, where under the judge the learner's code runs too.
 
-The real-rank tests run a harness of this module on the ranks (under the judge it travels by
-value, as the learner's function does: checks.on_ranks). The harness makes its own process group
-with a short timeout, so a ring that hangs fails one case in seconds and says which, instead of
-stalling the whole grade. Around the learner's ring the shared recorder
-(checks.recording) sees every collective and point-to-point call however it is reached: a ring
-that hands its work to a library collective fails, and so does one whose messages are not a
-ring's (2(N-1) chunks each way per rank, every send waited for); each rank gets only its own
-tensor. The simulated ring is checked step by step (its trace), not only at the end. Around
-hello_allreduce the harness counts barriers.
+The simulated ring is checked step by step (its trace), not only at the end. The real-rank
+tests run a harness of this module on the ranks (under the judge it travels by value, as the
+learner's function does: checks.on_ranks). The harness makes its own process group with a
+short timeout, so a collective that hangs fails one case in seconds and says which. Each rank
+gets only its own input, and around the learner's code the shared recorder
+(checks.recording) sees every collective and point-to-point call however it is reached: a
+collective that hands its work to the library's fails, and so does one whose messages are not
+the algorithm's (to whom, from whom, how many, how large, every send waited for), or that
+writes to the process group's store (the one channel the ranks share besides their messages).
+The tree's shape and depth are measured from who sent to whom. Around hello_allreduce the
+harness counts barriers. A function built on the learner's exchange is tested with a correct
+one in its place.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import json
+import os
 
 import numpy as np
 
@@ -25,21 +31,22 @@ from autograder.exercises.checks import case as _case
 from autograder.exercises.checks import (
     check_rows,
     check_tensor,
-    describe,
     first_rank_failure,
     fmt,
     ints,
     on_ranks,
     rank_failure,
     recording,
+    rendezvous_file,
     short_group,
     with_trusted,
 )
 
 
 def _oracle_bounds(length: int, n: int) -> list[tuple[int, int]]:
-    sizes = [len(part) for part in np.array_split(np.arange(length), n)]
-    ends = np.cumsum([0] + sizes)
+    """numpy.array_split's cut, by arithmetic (a length may be far too large to materialize)."""
+    base, extra = divmod(length, n)
+    ends = np.cumsum([0] + [base + (j < extra) for j in range(n)])
     return [(int(ends[j]), int(ends[j + 1])) for j in range(n)]
 
 
@@ -62,6 +69,50 @@ def _ring_states(grads: list, n: int) -> list:
                 chunks[dst][j] = chunks[dst][j] + chunk if phase == "reduce" else chunk
             states.append([[c.copy() for c in gpu] for gpu in chunks])
     return states
+
+
+RING_EXAMPLE = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]]
+
+
+def ring_picture(gpu_grads: list = RING_EXAMPLE) -> list[dict]:
+    """The 2(N-1) + 1 states of the ring AllReduce (sum) of `gpu_grads` that notebook 01 draws
+    (distlab.collectives reads them from ring_example.json, written by write_ring_example: the
+    learner's package holds the picture, never the rules it asks for): each step's sends
+    (src, dst, chunk), what every GPU holds per chunk and how many GPUs' contributions each
+    copy counts. It follows the data: a GPU first sends its own-numbered chunk (then the one it
+    has finished), afterwards whatever it has just received."""
+    n = len(gpu_grads)
+    values = [[list(map(float, p)) for p in np.array_split(np.asarray(g, float), n)]
+              for g in gpu_grads]
+    counts = np.ones((n, n), dtype=int)
+    states = [{"step": 0, "phase": "start", "values": values, "counts": counts.tolist(),
+               "sends": []}]
+    for phase in ("phase 1", "phase 2"):
+        outgoing = ({i: i for i in range(n)} if phase == "phase 1"
+                    else {i: int(np.argmax(counts[i])) for i in range(n)})
+        for _ in range(n - 1):
+            values = [[list(chunk) for chunk in row] for row in values]
+            counts = counts.copy()
+            sends = [(i, (i + 1) % n, outgoing[i]) for i in range(n)]
+            for src, dst, j in sends:
+                if phase == "phase 1":
+                    values[dst][j] = [a + b for a, b in zip(values[dst][j], values[src][j],
+                                                            strict=True)]
+                    counts[dst, j] += counts[src, j]
+                else:
+                    values[dst][j] = list(values[src][j])
+                    counts[dst, j] = counts[src, j]
+            outgoing = {dst: j for _, dst, j in sends}
+            states.append({"step": len(states), "phase": phase, "values": values,
+                           "counts": counts.tolist(), "sends": sends})
+    return json.loads(json.dumps(states))  # tuples as lists, as the file holds them
+
+
+def write_ring_example() -> None:
+    """Write distlab's ring_example.json from ring_picture() (a test fails when it is stale)."""
+    from distlab import collectives
+
+    collectives.EXAMPLE.write_text(json.dumps(ring_picture()) + "\n")
 
 
 def _check_ring_steps(fn, rng) -> None:
@@ -127,8 +178,14 @@ def ring_allreduce(fn, rng):
 def chunk_bounds(fn, rng):
     cases = [(10, 4), (2, 4), (0, 3), (7, 1)]
     cases += [(int(rng.integers(0, 61)), int(rng.integers(1, 10))) for _ in range(30)]
+    cases.append((10**15 + 3, 7))  # a model's worth of elements: the cut is arithmetic
     for length, n in cases:
-        out = fn(length, n)
+        try:
+            out = fn(length, n)
+        except MemoryError:
+            raise AssertionError(f"chunk_bounds({length}, {n}) ran out of memory: the bounds of "
+                                 "a gradient of 10**15 elements are a few integers; compute "
+                                 "them instead of cutting the elements") from None
         expected = _oracle_bounds(length, n)
         try:
             got = [tuple(int(x) for x in pair) for pair in out]
@@ -139,106 +196,6 @@ def chunk_bounds(fn, rng):
             raise AssertionError(f"chunk_bounds({length}, {n}) returned {got}, but the chunks "
                                  "must cover 0..length in order, with sizes that differ by at "
                                  "most one and the larger chunks first")
-
-
-def _lengths(rng, n: int) -> list[int]:
-    """Lengths 0..3N for world size n: one shorter than n (if n > 1) and two random."""
-    picks = [int(rng.integers(0, n))] if n > 1 else [0]
-    return picks + [int(x) for x in rng.integers(0, 3 * n + 1, size=2)]
-
-
-def _reduction_cases(rng):
-    """(n, length, op, rows, total) for world sizes 1..8, lengths from _lengths and both ops:
-    rows[r] is rank r's vector of small ints, total their element-wise sum or mean."""
-    for n in range(1, 9):
-        for length in _lengths(rng, n):
-            for op in ("sum", "mean"):
-                rows = ints(rng, (n, length))
-                arr = np.asarray(rows, float).reshape(n, length)
-                yield n, length, op, rows, arr.sum(axis=0) if op == "sum" else arr.mean(axis=0)
-
-
-@exercise
-def ring_allreduce_uneven(fn, rng):
-    fn = with_trusted(fn, chunk_bounds=_oracle_bounds)
-    for n, length, op, grads, total in _reduction_cases(rng):
-        short = " (shorter than world_size)" if length < n else ""
-        case = _case(n, op, length=f"{length}{short}")
-        out = fn(copy.deepcopy(grads), op=op)
-        check_rows(out, np.tile(total, (n, 1)), "gradient", case)
-
-
-@exercise
-def ring_allgather(fn, rng):
-    for n in range(1, 9):
-        for _ in range(2):
-            shards = [ints(rng, int(rng.integers(0, 4))) for _ in range(n)]
-            case = _case(n, shards=shards)
-            out = fn(copy.deepcopy(shards))
-            full = [v for shard in shards for v in shard]
-            if not isinstance(out, list | tuple) or len(out) != n:
-                raise AssertionError(f"{case}: expected one list per rank ({n}), got {out!r}")
-            for r, got in enumerate(out):
-                if list(got) != full:
-                    raise AssertionError(f"{case}: rank {r} holds {list(got)}, expected every "
-                                         f"shard in rank order: {full}")
-
-
-@exercise
-def ring_reduce_scatter(fn, rng):
-    fn = with_trusted(fn, chunk_bounds=_oracle_bounds)
-    for n, length, op, vectors, total in _reduction_cases(rng):
-        case = _case(n, op, length=length)
-        out = fn(copy.deepcopy(vectors), op=op)
-        expected = np.array_split(total, n)
-        if not isinstance(out, list | tuple) or len(out) != n:
-            raise AssertionError(f"{case}: expected one shard per rank ({n}), got {out!r}")
-        for r, (got, want) in enumerate(zip(out, expected, strict=True)):
-            got = np.asarray(got, dtype=float)
-            if got.shape != want.shape or not np.allclose(got, want):
-                raise AssertionError(f"{case}: rank {r} holds {fmt(got)}, expected chunk {r} "
-                                     f"of the reduced vector, {fmt(want)}")
-
-
-@exercise
-def tree_broadcast(fn, rng):
-    sizes = [1, 2, 3, 4, 7, 8, 15, 16] + [int(x) for x in rng.integers(5, 41, size=4)]
-    for n in sizes:
-        data = ints(rng, int(rng.integers(1, 4)))
-        out = fn(list(data), n)
-        try:
-            received, steps = out
-        except (TypeError, ValueError):
-            raise AssertionError(f"num_nodes={n}: expected (received, steps), got {out!r}"
-                                 ) from None
-        if not isinstance(received, list | tuple) or len(received) != n:
-            raise AssertionError(f"num_nodes={n}: expected one copy per rank, got {received!r}")
-        missing = [i for i, got in enumerate(received) if got is None or list(got) != data]
-        if missing:
-            raise AssertionError(f"num_nodes={n}, data={data}: ranks {missing} do not hold the "
-                                 "data after the broadcast")
-        if steps != n.bit_length() - 1:
-            raise AssertionError(f"num_nodes={n}: reported {steps} steps, but the tree has "
-                                 f"{n.bit_length()} levels (the root's included)")
-
-
-@exercise
-def alltoall(fn, rng):
-    for n in range(1, 9):
-        blocks = [[ints(rng, int(rng.integers(0, 3))) for _ in range(n)] for _ in range(n)]
-        case = _case(n, blocks=blocks if n <= 3 else f"<{n}x{n} random blocks>")
-        out = fn(copy.deepcopy(blocks))
-        if not isinstance(out, list | tuple) or len(out) != n:
-            raise AssertionError(f"{case}: expected one row per rank ({n}), got {out!r}")
-        for c in range(n):
-            for r in range(n):
-                try:
-                    got = out[c][r]
-                except (IndexError, TypeError):
-                    raise AssertionError(f"{case}: rank {c} has no block from rank {r}") from None
-                if got is None or list(got) != blocks[r][c]:
-                    raise AssertionError(f"{case}: rank {c} filed {got!r} as the block from "
-                                         f"rank {r}, which sent it {blocks[r][c]!r}")
 
 
 # ---------------------------------------------------------------- real ranks
@@ -327,70 +284,353 @@ def _watching_isends():
         yield requests
 
 
-def _p2p_harness(rank, world_size, fn, cases):
-    """Each case: the learner's ring on this rank's tensor, recorded (every collective or
-    point-to-point call, however reached, with its bytes and peer; whether each isend was
-    waited for). Returns, per case, ("ok", {"out", "calls", "unwaited"}) or (kind, text) as in
-    checks.rank_failure; stops at the first failure. This rank keeps only its own tensors:
-    the others' are dropped before the learner's code runs, so a blank cannot sum them from
-    a caller's frame. Nothing is judged here: under the judge this runs in the sandbox, next
-    to the learner's code."""
-    import torch
 
-    mine = [(tensors[rank], op) for tensors, op in cases]
-    cases.clear()  # the other ranks' inputs, gone from every frame
+
+def _store_bytes() -> int:
+    """The size of the harness group's FileStore: it grows with every write to the store, so a
+    rank that hands data to another through it (set, add, append...) shows here."""
+    return os.path.getsize(rendezvous_file("check"))
+
+
+def _recorded(call) -> tuple[str, dict]:
+    """("ok", what call() did on this rank): its output (tensors detached and copied), every
+    collective and point-to-point call however reached (kind, bytes, peer), the sends it
+    started and never waited for (finished here, so the next case starts clean) and how much
+    the group's store grew while every rank was in the case (a barrier before and after it:
+    a rank still joining the group or leaving it writes there too)."""
+    import torch
+    import torch.distributed as dist
+
+    before = _store_bytes()
+    with _watching_isends() as requests, recording(flops=False, saved=False) as rec:
+        out = call()
+    unwaited = [r for r in requests if not r.waited]
+    for request in unwaited:
+        request.wait()
+    dist.barrier()  # every rank is done with the case before the store is measured again
+    if isinstance(out, torch.Tensor):
+        out = out.detach().clone()
+    elif isinstance(out, list | tuple):
+        out = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in out]
+    return "ok", {"out": out, "calls": rec.summary()["calls"], "unwaited": len(unwaited),
+                  "store": _store_bytes() - before}
+
+
+def _each_case(rank: int, world_size: int, mine: list, call) -> list:
+    """call(inputs) for each of this rank's cases, recorded (_recorded), in a short group;
+    stops at the first failure (checks.rank_failure). Nothing is judged here: under the judge
+    this runs in the sandbox, next to the learner's code."""
+    import torch.distributed as dist
+
     results = []
     with short_group(rank, world_size):
         try:
-            for tensor, op in mine:
+            for inputs in mine:
+                dist.barrier()  # every rank between its cases: the store's size is theirs alone
                 try:
-                    with _watching_isends() as requests, recording(flops=False, saved=False) \
-                            as rec:
-                        out = fn(rank, world_size, tensor.clone(), op=op)
+                    results.append(_recorded(lambda inputs=inputs: call(*inputs)))
                 except Exception as err:  # noqa: BLE001 - reported as the case's failure
                     results.append(rank_failure(err, "raised"))
                     break
-                unwaited = [r for r in requests if not r.waited]
-                for request in unwaited:  # finish them here, so the next case starts clean
-                    request.wait()
-                if isinstance(out, torch.Tensor):
-                    out = out.detach().clone()
-                results.append(("ok", {"out": out, "calls": rec.summary()["calls"],
-                                       "unwaited": len(unwaited)}))
         except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
             results.append(rank_failure(err, "broken"))
     return results
 
 
-def _p2p_specs(rng, n: int) -> list[tuple]:
-    """(length, op, dtype) cases for world size n: every length with both ops and both dtypes
-    (paired differently for alternate lengths)."""
+def _trusted_exchange(send, dst, recv, src):
+    """A correct exchange, for the exercises built on the learner's (a mistake there must not
+    cost points here)."""
+    import torch.distributed as dist
+
+    request = dist.isend(send, dst=dst)
+    dist.recv(recv, src=src)
+    request.wait()
+
+
+def _ring_allgather_with(exchange, rank: int, n: int, pieces: list) -> list:
+    """The notebook's ring_allgather, on a given exchange."""
+    send_index = rank
+    for _ in range(n - 1):
+        recv_index = (send_index - 1) % n
+        exchange(pieces[send_index], (rank + 1) % n, pieces[recv_index], (rank - 1) % n)
+        send_index = recv_index
+    return pieces
+
+
+def _alltoall_with(exchange, rank: int, n: int, blocks: list, recv_sizes: list) -> list:
+    """A correct all-to-all (round k: k places right, from k places left) on a given exchange."""
     import torch
 
-    f32, f64 = torch.float32, torch.float64
-    specs = []
-    lengths = [int(rng.integers(0, n)) if n > 1 else 0, int(rng.integers(0, 3 * n + 1)),
-               int(rng.integers(3 * n, 200))]  # shorter than n, around n, long
-    for index, length in enumerate(lengths):
-        pairs = (("sum", f32), ("mean", f64)) if index % 2 == 0 else (("mean", f32), ("sum", f64))
-        specs += [(length, op, dtype) for op, dtype in pairs]
-    return specs
+    received = [torch.empty(size, dtype=blocks[rank].dtype) for size in recv_sizes]
+    received[rank].copy_(blocks[rank])
+    for k in range(1, n):
+        exchange(blocks[(rank + k) % n], (rank + k) % n, received[(rank - k) % n], (rank - k) % n)
+    return received
+
+
+def _exchange_harness(rank, world_size, fn, cases):
+    """Each case, a trusted ring all-gather ("ring": this rank's piece and every piece's size)
+    or all-to-all ("pairs": this rank's blocks and the sizes coming to it) whose every step is
+    a call of the learner's exchange. Each rank gets only its own data."""
+    import torch
+
+    mine = [(kind, data[rank]) for kind, data in cases]
+    cases.clear()  # the other ranks' inputs, gone from every frame
+
+    def call(kind, data):
+        if kind == "ring":
+            own, sizes = data
+            pieces = list(torch.zeros(sum(sizes), dtype=own.dtype).split(sizes))
+            pieces[rank].copy_(own)
+            return torch.cat(_ring_allgather_with(fn, rank, world_size, pieces))
+        blocks, recv_sizes = data
+        return _alltoall_with(fn, rank, world_size, blocks, recv_sizes)
+
+    return _each_case(rank, world_size, [(kind, data) for kind, data in mine], call)
+
+
+def _rs_harness(rank, world_size, fn, cases):
+    """Each case, the learner's ring_reduce_scatter on this rank's own tensor (cut by
+    tensor_split), exchange replaced by a correct one."""
+    mine = [(tensors[rank], op) for tensors, op in cases]
+    cases.clear()
+
+    def call(tensor, op):
+        return fn(rank, world_size, list(tensor.clone().tensor_split(world_size)), op=op)
+
+    return _each_case(rank, world_size, mine, call)
+
+
+def _tree_harness(rank, world_size, fn, cases):
+    """Each case, the learner's tree_broadcast: rank 0 holds the data, the others zeros. The
+    picture's helpers (distlab.collectives.tree_edges, tree_levels) draw the tree the learner
+    is asked for: on the ranks they refuse, so they cannot stand in for the children."""
+    import torch
+
+    from distlab import collectives
+
+    def refuse(*_args, **_kwargs):
+        raise RuntimeError("the tree's shape is the exercise: work out a rank's children from "
+                           "its number, without distlab's picture helpers")
+
+    collectives.tree_edges = collectives.tree_levels = refuse
+    mine = [(data.clone() if rank == 0 else torch.zeros_like(data),) for data in cases]
+    cases.clear()
+    return _each_case(rank, world_size, mine, lambda tensor: fn(rank, world_size, tensor))
+
+
+def _alltoall_harness(rank, world_size, fn, cases):
+    """Each case, the learner's alltoall on this rank's blocks, exchange replaced by a correct
+    one."""
+    mine = [(blocks[rank], sizes[rank]) for blocks, sizes in cases]
+    cases.clear()
+    return _each_case(rank, world_size, mine,
+                      lambda blocks, sizes: fn(rank, world_size, blocks, sizes))
+
+
+def _first_failure(case: str, entries: list) -> None:
+    """first_rank_failure, with a stuck rank explained: with every rank in the same call, one
+    waited for a message that no rank sent (a deadlock, or a peer that is not the sender)."""
+    for rank, entry in enumerate(entries):
+        if entry[0] == "raised":
+            raise AssertionError(f"{case}: rank {rank}: {entry[1]}")
+    for rank, entry in enumerate(entries):
+        if entry[0] == "stuck":
+            raise AssertionError(
+                f"{case}: rank {rank} {entry[1]}. With every rank in the same call at once, "
+                "each waited on another: a rank that blocks until its message is received, "
+                "before it posts its own receive, waits for a rank that does the same; or it "
+                "waited for a rank that was not sending to it")
+    first_rank_failure(case, entries)
+
+
+def _check_messages(case: str, entries: list, sends_to, recvs_from, message_bytes,
+                    total=None) -> None:
+    """The budget of a point-to-point collective, from each rank's recorded calls: no library
+    collective, the store untouched, the sends of sends_to(rank) (a list of peers, one message
+    each, in any order) and the receives of recvs_from(rank) (None: from any rank), no message
+    larger than message_bytes, every started send waited for, and `total` bytes sent by all."""
+    sent = 0
+    for rank, (_, got) in enumerate(entries):
+        calls = got["calls"]
+        if other := [c["kind"] for c in calls if c["kind"] not in ("send", "recv")]:
+            raise AssertionError(f"{case}: rank {rank} called a collective ({other[0]}): build "
+                                 "it from sends and receives; the library collective is what it "
+                                 "replaces")
+        if got["store"]:
+            raise AssertionError(f"{case}: rank {rank} wrote {got['store']} B into the process "
+                                 "group's store: the data must travel in the ranks' messages, "
+                                 "not through the store")
+        sends = sorted(c["peer"] for c in calls if c["kind"] == "send")
+        recvs = [c["peer"] for c in calls if c["kind"] == "recv"]
+        want_sends, want_recvs = sorted(sends_to(rank)), recvs_from(rank)
+        if sends != want_sends:
+            raise AssertionError(f"{case}: rank {rank} sent to ranks {sends}; the algorithm has "
+                                 f"it send {len(want_sends)} message(s), to ranks {want_sends}")
+        if len(recvs) != len(want_recvs) or any(p is not None and p not in want_recvs
+                                                for p in recvs):
+            raise AssertionError(f"{case}: rank {rank} received {len(recvs)} message(s) (from "
+                                 f"{recvs}); the algorithm has it receive {len(want_recvs)}")
+        if any(c["bytes"] > message_bytes for c in calls):
+            raise AssertionError(f"{case}: rank {rank} moved a message larger than "
+                                 f"{message_bytes} B, the most one step may carry")
+        if got["unwaited"]:
+            raise AssertionError(f"{case}: rank {rank} started {got['unwaited']} send(s) and "
+                                 "returned without waiting for them: the tensor may still "
+                                 "change before it has left")
+        sent += sum(c["bytes"] for c in calls if c["kind"] == "send")
+    if total is not None and sent != total:
+        raise AssertionError(f"{case}: the ranks sent {sent} B together; the ring moves "
+                             f"{total} B")
+
+
+def _others(n: int):
+    """Every rank but r: an all-to-all's peers."""
+    return lambda r: [q for q in range(n) if q != r]
+
+
+def _ring_peers(n: int):
+    return (lambda r: [(r + 1) % n] * (n - 1)), (lambda r: [(r - 1) % n] * (n - 1))
+
+
+def _pieces(rng, n: int, dtype) -> list:
+    import torch
+
+    sizes = [int(x) for x in rng.integers(0, 4, size=n)]
+    return [torch.from_numpy(rng.standard_normal(size)).to(dtype) for size in sizes]
+
+
+def _blocks(rng, n: int, dtype) -> tuple[list, list]:
+    """blocks[r][c] (rank r's block for rank c, random sizes 0-3) and sizes[c][r] = its size."""
+    import torch
+
+    blocks = [[torch.from_numpy(rng.standard_normal(int(rng.integers(0, 4)))).to(dtype)
+               for _ in range(n)] for _ in range(n)]
+    sizes = [[blocks[r][c].numel() for r in range(n)] for c in range(n)]
+    return blocks, sizes
 
 
 @exercise
-def ring_allreduce_p2p(fn, rng):
+def exchange(fn, rng):
     import torch
 
     from distlab import require_filled
 
     require_filled(fn)
-    for n in (1, 2, 3, 4, int(rng.integers(5, 8)), 8):
-        specs = _p2p_specs(rng, n)
-        if n == 8:  # the most ranks (the slowest rings): one case per length, both ops and
-            specs = [specs[1], specs[2], specs[4]]  # dtypes among them; below 8, every pairing
+    for n in (2, 3, 4, 5):
+        pieces = _pieces(rng, n, torch.float32)
+        sizes = [p.numel() for p in pieces]
+        blocks, recv_sizes = _blocks(rng, n, torch.float64)
+        cases = [("ring", [(p, sizes) for p in pieces]),
+                 ("pairs", [(blocks[r], recv_sizes[r]) for r in range(n)])]
+        results = on_ranks(_exchange_harness, fn, n, cases)
+        ring_case = f"world_size={n}, a ring all-gather of pieces of {sizes} elements"
+        pairs_case = f"world_size={n}, an all-to-all (in round k, rank r sends to rank r + k)"
+        entries = [r[0] if r else ("broken", "stopped early") for r in results]
+        _first_failure(ring_case, entries)
+        to_right, from_left = _ring_peers(n)
+        _check_messages(ring_case, entries, to_right, from_left, 4 * max(sizes))
+        whole = torch.cat(pieces)
+        for rank, (_, got) in enumerate(entries):
+            check_tensor(got["out"], whole, ring_case, rank, expected_is="every piece is")
+        entries = [r[1] if len(r) > 1 else ("broken", "stopped early") for r in results]
+        _first_failure(pairs_case, entries)
+        _check_messages(pairs_case, entries, _others(n), _others(n), 8 * 3)
+        for c, (_, got) in enumerate(entries):
+            for r in range(n):
+                check_tensor(got["out"][r], blocks[r][c], pairs_case, c,
+                             what=f"the block from rank {r}")
+
+
+@exercise
+def ring_reduce_scatter(fn, rng):
+    import torch
+
+    from distlab import require_filled
+
+    require_filled(fn)
+    fn = with_trusted(fn, exchange=_trusted_exchange)
+    for n in (1, 2, 3, 4, 5):
+        specs = [(int(rng.integers(0, n)) if n > 1 else 0, "sum", torch.float64),
+                 (int(rng.integers(n, 3 * n + 1)), "mean", torch.float32),
+                 (int(rng.integers(3 * n, 60)), "sum", torch.float32)]
         cases = [([torch.from_numpy(rng.standard_normal(length)).to(dtype) for _ in range(n)],
                   op) for length, op, dtype in specs]
-        _p2p_verdict(n, specs, cases, on_ranks(_p2p_harness, fn, n, cases))
+        results = on_ranks(_rs_harness, fn, n, cases)
+        for index, (length, op, dtype) in enumerate(specs):
+            short = " (shorter than world_size)" if length < n else ""
+            case = (f"world_size={n}, length={length}{short}, op={op!r}, "
+                    f"dtype={str(dtype).replace('torch.', '')}")
+            entries = [r[index] if index < len(r) else ("broken", "stopped early")
+                       for r in results]
+            _first_failure(case, entries)
+            itemsize = cases[index][0][0].element_size()
+            to_right, from_left = _ring_peers(n)
+            _check_messages(case, entries, to_right, from_left, -(-length // n) * itemsize,
+                            total=(n - 1) * length * itemsize)
+            expected = _exact_all_reduce(*cases[index]).tensor_split(n)
+            for rank, (_, got) in enumerate(entries):
+                check_tensor(got["out"], expected[rank], case, rank,
+                             expected_is=f"chunk {rank} of the reduced tensor is")
+
+
+def _tree_children(rank: int, n: int) -> list[int]:
+    """The drawn tree (distlab.collectives.tree_edges), by the oracle's own formula."""
+    return [c for c in (2 * rank + 1, 2 * rank + 2) if c < n]
+
+
+@exercise
+def tree_broadcast(fn, rng):
+    import torch
+
+    from distlab import require_filled
+
+    require_filled(fn)
+    for n in (1, 2, 3, 5, 8, int(rng.integers(9, 13))):
+        cases = [torch.from_numpy(rng.standard_normal(int(rng.integers(1, 5))))
+                 for _ in range(2)]
+        results = on_ranks(_tree_harness, fn, n, cases)
+        for index, data in enumerate(cases):
+            case = f"world_size={n}, {data.numel()} elements"
+            entries = [r[index] if index < len(r) else ("broken", "stopped early")
+                       for r in results]
+            _first_failure(case, entries)
+            _check_messages(case, entries, functools.partial(_tree_children, n=n),
+                            lambda r: [] if r == 0 else [None], data.numel() * 8)
+            depth = {0: 0}
+            for rank in range(n):  # the step each rank receives in, from who sent to it
+                for child in _tree_children(rank, n):
+                    depth[child] = depth[rank] + 1
+            if max(depth.values()) != n.bit_length() - 1:  # pragma: no cover - the oracle
+                raise AssertionError(f"{case}: the tree is {max(depth.values())} steps deep")
+            for rank, (_, got) in enumerate(entries):
+                check_tensor(got["out"], data, case, rank, expected_is="rank 0's data is")
+
+
+@exercise
+def alltoall(fn, rng):
+    import torch
+
+    from distlab import require_filled
+
+    require_filled(fn)
+    fn = with_trusted(fn, exchange=_trusted_exchange)
+    for n in (1, 2, 3, 4, 6):
+        cases = [_blocks(rng, n, dtype) for dtype in (torch.float32, torch.float64)]
+        results = on_ranks(_alltoall_harness, fn, n, cases)
+        for index, (blocks, _) in enumerate(cases):
+            case = f"world_size={n}, {cases[index][0][0][0].dtype}".replace("torch.", "")
+            entries = [r[index] if index < len(r) else ("broken", "stopped early")
+                       for r in results]
+            _first_failure(case, entries)
+            _check_messages(case, entries, _others(n), _others(n), 8 * 3)
+            for c, (_, got) in enumerate(entries):
+                if not isinstance(got["out"], list) or len(got["out"]) != n:
+                    raise AssertionError(f"{case}: rank {c} returned {got['out']!r}, expected "
+                                         f"one block per rank ({n})")
+                for r in range(n):
+                    check_tensor(got["out"][r], blocks[r][c], case, c,
+                                 what=f"the block from rank {r}")
 
 
 def _exact_all_reduce(tensors: list, op: str):
@@ -399,54 +639,3 @@ def _exact_all_reduce(tensors: list, op: str):
 
     total = torch.stack([t.double() for t in tensors]).sum(dim=0)
     return (total / len(tensors) if op == "mean" else total).to(tensors[0].dtype)
-
-
-def _check_ring_messages(case: str, n: int, length: int, itemsize: int, entries: list) -> None:
-    """The ring's budget, from each rank's recorded calls: point-to-point only, 2(N-1) sends to
-    the right and 2(N-1) receives from the left, a chunk (at most ceil(L/N) elements) each,
-    2(N-1) L elements sent by all ranks together, and every started send waited for."""
-    steps, largest = 2 * (n - 1), -(-length // n) * itemsize
-    sent = 0
-    for rank, (_, got) in enumerate(entries):
-        calls = got["calls"]
-        other = [c["kind"] for c in calls if c["kind"] not in ("send", "recv")]
-        if other:
-            raise AssertionError(f"{case}: rank {rank} called a collective ({other[0]}): build "
-                                 "the ring from isend and recv; the library collective is what "
-                                 "it replaces")
-        sends = [c for c in calls if c["kind"] == "send"]
-        recvs = [c for c in calls if c["kind"] == "recv"]
-        right, left = (rank + 1) % n, (rank - 1) % n
-        if len(sends) != steps or any(c["peer"] not in (None, right) for c in sends):
-            raise AssertionError(f"{case}: rank {rank} sent {len(sends)} messages "
-                                 f"({describe({'calls': calls})}), but a ring step sends one "
-                                 f"chunk to the right neighbour (rank {right}): {steps} in all")
-        if len(recvs) != steps or any(c["peer"] not in (None, left) for c in recvs):
-            raise AssertionError(f"{case}: rank {rank} received {len(recvs)} messages, but a "
-                                 "ring step receives one chunk from the left neighbour (rank "
-                                 f"{left}): {steps} in all")
-        if any(c["bytes"] > largest for c in sends + recvs):
-            raise AssertionError(f"{case}: rank {rank} moved a message larger than a chunk "
-                                 f"({largest} B): a ring passes on 1/N of the tensor per step")
-        if got["unwaited"]:
-            raise AssertionError(f"{case}: rank {rank} started {got['unwaited']} send(s) it never "
-                                 "waited for: a step is over only when its send is")
-        sent += sum(c["bytes"] for c in sends)
-    if sent != steps * length * itemsize:
-        raise AssertionError(f"{case}: the ranks sent {sent} B together, but a ring moves each "
-                             f"element 2(N-1) times: {steps * length * itemsize} B")
-
-
-def _p2p_verdict(n: int, specs: list, cases: list, results: list) -> None:
-    """Raise on the first case some rank got wrong; within a case, a rank that raised is named
-    before ranks that were stuck (waiting on it) and ranks whose group broke."""
-    for index, (length, op, dtype) in enumerate(specs):
-        short = " (shorter than world_size)" if length < n else ""
-        case = (f"world_size={n}, length={length}{short}, op={op!r}, "
-                f"dtype={str(dtype).replace('torch.', '')}")
-        entries = [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
-        first_rank_failure(case, entries)
-        _check_ring_messages(case, n, length, cases[index][0][0].element_size(), entries)
-        expected = _exact_all_reduce(*cases[index])
-        for rank, (_, got) in enumerate(entries):
-            check_tensor(got["out"], expected, case, rank, expected_is="the all-reduce is")

@@ -1,7 +1,7 @@
 """Trusted code that must run next to the learner's, shipped by value with the request that
 needs it: a rank harness (it records what the learner's function does on the ranks) or a
-stand-in (a correct helper in place of a notebook global, say chunk_bounds while
-ring_allreduce_uneven is graded).
+stand-in (a correct helper in place of a notebook global, say exchange while
+ring_reduce_scatter is graded).
 
 The runner's sandbox shows none of the grading side but the judge's own package, so no hidden
 test, oracle, reference or stand-in can be imported or read there as a file. What a request

@@ -1,20 +1,21 @@
 """Pictures for the notebooks: ring AllReduce step by step, the binary broadcast tree.
 
-    show_ring([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]])  # a slider
-    show_ring(gpu_grads, step=3)       # one static figure: the state after step 3
+    show_ring()                        # the notebook's example ring, a slider
+    show_ring(step=3)                  # one static figure: the state after step 3
     show_tree(10)                      # ranks coloured by the step they receive in
 
-The ring is simulated here on its own (chunks cut like numpy.array_split), so the picture is
-right whatever state the learner's exercise is in, and it never calls the learner's code. It
-follows the data, as the notebook tells the story, rather than index formulas: a GPU first
-sends its own-numbered chunk (then the one it has finished), and afterwards whatever it has
-just received. (The learner writes those formulas; `show_ring??` must not show them.)
+The ring's states are data (ring_example.json), recorded by the course's grading side for the
+notebook's one example: the picture is right whatever state the learner's exercise is in, it
+never calls the learner's code, and `show_ring??` shows no rule the learner is asked to derive
+from the picture.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -28,42 +29,22 @@ class RingState:
     """What every GPU holds after `step` steps of the ring (step 0: before any)."""
 
     step: int
-    phase: str  # "start", "scatter-reduce", "all-gather"
-    values: list  # values[i][j]: GPU i's copy of chunk j (a list of partial sums)
+    phase: str  # "start", "phase 1", "phase 2"
+    values: list  # values[i][j]: GPU i's copy of chunk j
     counts: np.ndarray  # counts[i, j]: how many GPUs' contributions that copy contains
     sends: list  # (src, dst, chunk) of the step that led here
 
 
-def ring_states(gpu_grads) -> list[RingState]:
-    """The 2(N-1) + 1 states of a ring AllReduce (sum) of `gpu_grads`."""
-    n = len(gpu_grads)
-    values = [[list(map(float, p)) for p in np.array_split(np.asarray(g, float), n)]
-              for g in gpu_grads]
-    counts = np.ones((n, n), dtype=int)
-    states = [RingState(0, "start", values, counts, [])]
-    gpus = list(range(n))
-    neighbour = dict(zip(gpus, gpus[1:] + gpus[:1], strict=True))  # the ring: each GPU's next
-    for phase in ("scatter-reduce", "all-gather"):
-        if phase == "scatter-reduce":
-            outgoing = dict(zip(gpus, gpus, strict=True))  # its own-numbered chunk first
-        else:  # the chunk it has finished: the one holding every GPU's contribution
-            outgoing = {i: int(np.argmax(counts[i])) for i in gpus}
-        for _ in range(n - 1):
-            values = [[list(chunk) for chunk in row] for row in values]
-            counts = counts.copy()
-            sends = [(i, neighbour[i], outgoing[i]) for i in gpus]
-            # in place: no GPU sends, in a step, the chunk it receives in that step
-            for src, dst, j in sends:
-                if phase == "scatter-reduce":
-                    values[dst][j] = [a + b for a, b in zip(values[dst][j], values[src][j],
-                                                            strict=True)]
-                    counts[dst, j] += counts[src, j]
-                else:
-                    values[dst][j] = list(values[src][j])
-                    counts[dst, j] = counts[src, j]
-            outgoing = {dst: j for _, dst, j in sends}  # next: pass on what just arrived
-            states.append(RingState(len(states), phase, values, counts, sends))
-    return states
+EXAMPLE = Path(__file__).with_name("ring_example.json")
+
+
+def ring_states() -> list[RingState]:
+    """The 2(N-1) + 1 states of the ring AllReduce (sum) the notebook draws, for its example
+    gradients [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]]: data recorded by
+    the course's grading side (ring_example.json), not computed here."""
+    return [RingState(state["step"], state["phase"], state["values"], np.array(state["counts"]),
+                      [tuple(send) for send in state["sends"]])
+            for state in json.loads(EXAMPLE.read_text())]
 
 
 def _label(chunk: list) -> str:
@@ -77,7 +58,7 @@ def draw_ring_state(state: RingState, n: int, fig=None):
     contributions a copy holds; thick border = changed in this step)."""
     fig = fig or plt.figure(figsize=(10, 4.2))
     ax_ring, ax_table = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
-    colour = REDUCE if state.phase == "scatter-reduce" else GATHER
+    colour = REDUCE if state.phase == "phase 1" else GATHER
     total = 2 * (n - 1)
     fig.suptitle(f"after step {state.step} of {total}: {state.phase}"
                  if state.step else f"start: every GPU holds only its own gradient "
@@ -113,7 +94,7 @@ def draw_ring_state(state: RingState, n: int, fig=None):
                                              edgecolor=colour, lw=3))
     ax_table.set_xticks(range(n), [f"c{j}" for j in range(n)])
     ax_table.set_yticks(range(n), [f"GPU{i}" for i in range(n)])
-    ax_table.set_title("partial sums held (darker = more GPUs' contributions)", fontsize=9)
+    ax_table.set_title("what each GPU holds (darker = more GPUs' contributions)", fontsize=9)
     return fig
 
 
@@ -130,17 +111,17 @@ def _show(fig, description: str) -> None:
     plt.close(fig)  # or the inline backend shows it a second time, without the words
 
 
-def show_ring(gpu_grads, step: int | None = None):
-    """The ring AllReduce of `gpu_grads`: a slider over the steps, or one step if given."""
-    states = ring_states(gpu_grads)
-    n = len(gpu_grads)
+def show_ring(step: int | None = None):
+    """The notebook's ring AllReduce: a slider over the steps, or one step if given."""
+    states = ring_states()
+    n = len(states[0].values)
 
     def draw(step: int = 0):
         state = states[step]
         what = (f"after step {state.step} of {2 * (n - 1)}, {state.phase}" if state.step
                 else "before the first step")
         _show(draw_ring_state(state, n), f"Ring AllReduce over {n} GPUs {what}: the ring with "
-              "this step's sends, and the partial sums each GPU holds per chunk.")
+              "this step's sends, and what each GPU holds per chunk.")
 
     if step is not None:
         return draw(step)

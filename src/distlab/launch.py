@@ -310,8 +310,7 @@ def _deadlock_error(timeout, answers, where, world_size) -> DeadlockError:
         lines.append(f"  rank {rank}: {what}" + (f", {_source(learner)}" if learner else ""))
         calls.append(call)
     if calls and all(call == "recv" for call in calls):
-        lines.append("hint: every rank is receiving first: one side of each pair must send first, "
-                     "or use isend/irecv")
+        lines.append("hint: every rank is receiving, so nobody is sending")
     elif answers and any(call in COLLECTIVES for call in calls):
         lines.append("hint: some ranks finished while others wait in a collective: every rank "
                      "must make the same collective calls, in the same order")

@@ -84,11 +84,11 @@ def test_verdicts_grade_each_function_and_survive_a_broken_one():
     from autograder import reference
 
     cells = [f"import numpy as np\n{reference.locate('chunk_bounds')[1].source}\n"]
-    verdicts = judge.verdicts(cells, [("chunk_bounds", None), ("ring_allgather", None)], "t",
+    verdicts = judge.verdicts(cells, [("chunk_bounds", None), ("ring_allreduce", None)], "t",
                               call_seconds=10, function_seconds=math.inf)
     (earned, possible, _), (zero, _, report) = verdicts
     assert earned == possible > 0
-    assert zero == 0 and "ring_allgather" in report[0]
+    assert zero == 0 and "ring_allreduce" in report[0]
 
 
 def test_each_fork_starts_from_the_cells_not_from_what_the_last_one_left():
@@ -198,25 +198,24 @@ def test_the_runner_sees_distlab_and_the_judge_and_nothing_else_of_the_course(sa
 ORACLE = '__import__("autograder.exercises.collectives", fromlist=["_"])._oracle_bounds'
 SHORTCUT_FILE = ('__import__("distlab.source.paths", fromlist=["_"]).ROOT / "tests" / "shortcuts"'
                  ' / "01_collectives.py"')
-# ring_allgather's one blank, read from the honest answers of the shortcut suite
-FROM_SHORTCUTS = (f'eval(__import__("re").search(r\'"ring_allgather", \\{{1: "(.*?)"\\}}\', '
-                  f'open({SHORTCUT_FILE}).read())[1], {{"latest": latest, "r": r, "N": N}})')
-# chunk_bounds's three blanks, from the hidden test's oracle
-FROM_ORACLE = {1: f"(oracle := {ORACLE}(length, n)) and (0, 0)", 2: "oracle[j][1]",
-               3: "oracle[j][1]"}
+# ring_allreduce's blank [2], read from the honest answers of the shortcut suite
+FROM_SHORTCUTS = (f'eval(__import__("re").search(r\'"ring_allreduce", \\{{2: "(.*?)"\', '
+                  f'open({SHORTCUT_FILE}).read())[1], {{"i": i, "step": step}}) % N')
+# chunk_bounds's blank, from the hidden test's oracle
+FROM_ORACLE = {1: f"(oracle := {ORACLE}(length, n))[j][1] - oracle[j][0]"}
 
 
 @needs_sandbox
 def test_a_blank_that_takes_the_answer_from_the_grading_side_earns_nothing(sandboxed):
     """Without the runner's allowlist, chunk_bounds whose blanks call the hidden test's oracle
-    (exercises.collectives._oracle_bounds) earned 3 of 3, and ring_allgather whose blank reads
-    its answer from tests/shortcuts/ 1 of 1. In the sandbox, are both 0, failing on the import
-    and the read?"""
+    (exercises.collectives._oracle_bounds) earned its point, and ring_allreduce whose blank [2]
+    reads its answer from tests/shortcuts/ its 5. In the sandbox, does neither blank earn its
+    point, failing on the import and the read?"""
     from notebook_testing import answered
 
     from autograder import reference, solved
 
-    edits = {"chunk_bounds": FROM_ORACLE, "ring_allgather": {1: FROM_SHORTCUTS}}
+    edits = {"chunk_bounds": FROM_ORACLE, "ring_allreduce": {2: FROM_SHORTCUTS}}
     cells = []
     for cell in solved.load("01_collectives").cells:
         name = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -225,9 +224,9 @@ def test_a_blank_that_takes_the_answer_from_the_grading_side_earns_nothing(sandb
             if name in edits:
                 source = answered(source, reference.locate(name)[2], edits[name], name)
             cells.append(source)
-    (oracle, _, oracle_report), (read, _, read_report) = judge.verdicts(
-        cells, [("chunk_bounds", None), ("ring_allgather", None)], "t", call_seconds=30)
+    (oracle, _, oracle_report), (read, possible, read_report) = judge.verdicts(
+        cells, [("chunk_bounds", None), ("ring_allreduce", None)], "t", call_seconds=30)
     assert oracle == 0, oracle_report
     assert "No module named 'autograder.exercises'" in "\n".join(oracle_report), oracle_report
-    assert read == 0, read_report
+    assert read == possible - 1, read_report  # blank [2] earns nothing
     assert "No such file or directory" in "\n".join(read_report), read_report

@@ -3,8 +3,8 @@ harnesses, stand-ins) by value, and never a correct answer of the function under
 
 The runner's sandbox shows none of the grading side but the judge (test_judge.py checks it), so
 whatever trusted code runs there travels in the requests (autograder/judge/shipping.py), with
-everything it uses. A stand-in (a correct helper for another graded function: chunk_bounds while
-ring_allreduce_uneven is graded) must therefore never ride along with the test of the function
+everything it uses. A stand-in (a correct helper for another graded function: exchange while
+ring_reduce_scatter is graded) must therefore never ride along with the test of the function
 it answers: its learner could call it.
 """
 
@@ -104,7 +104,7 @@ def test_no_hidden_test_ships_a_stand_in_for_the_function_it_grades(shipped):
     answers = dict(HARNESS_STAND_INS)
     for recorder in shipped.values():
         answers.update({obj.__qualname__: name for name, obj in recorder.stand_ins.items()})
-    assert answers["_oracle_bounds"] == "chunk_bounds"  # recorded from patched()
+    assert answers["_trusted_exchange"] == "exchange"  # recorded from patched()
     for name, recorder in shipped.items():
         carries = set().union(*map(carried, recorder.shipped)) if recorder.shipped else set()
         leaks = sorted(qualname for qualname in carries if answers.get(qualname) == name)

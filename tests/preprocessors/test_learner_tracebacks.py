@@ -10,8 +10,8 @@ from autograder.preprocessors import LearnerTracebacks
 KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BLANK = "from distlab import _____\ndef f(x):\n    y = _____ + 1\n    return y\nf(1)"
-INSIDE_DISTLAB = ("from distlab.collectives import ring_states\n"
-                  "def mine(g):\n    return ring_states(g)\nmine([[1, 2], 3])")
+INSIDE_DISTLAB = ("from distlab.collectives import show_tree\n"
+                  "def mine(g):\n    return show_tree(g)\nmine(\"x\")")
 INSIDE_NUMPY = "import numpy as np\ndef split(v):\n    return np.array_split(v, 0)\nsplit([1.0])"
 
 

@@ -66,18 +66,16 @@ run(stuck, world_size=2, timeout=None)
 """)
 
 
-@kind(base=RELEASED, solve=["ring_allreduce_p2p", SOUND], zero=["ring_allreduce_p2p_tests"],
-      earns=[SOUND_TESTS])
+@kind(base=RELEASED, solve=["exchange", SOUND], zero=["exchange_tests"], earns=[SOUND_TESTS])
 def deadlock_in_function(nb):
-    """ring_allreduce_p2p starts its send with the blocking `send` (blank [1]), so every rank
-    waits in its send for a receive that never starts, and its other blanks first receive from
-    the right neighbour, which never sends. The harness's timeouts stop it: ring_allreduce_p2p
-    scores 0, chunk_bounds its points."""
-    return hazard_in_every_blank(nb, "ring_allreduce_p2p", """
+    """exchange's body (its one blank) starts with the blocking `send`, so every rank waits in
+    its send for a receive that never starts. The harness's timeouts stop it: exchange scores
+    0, chunk_bounds its points."""
+    return hazard_in_every_blank(nb, "exchange", """
 import torch
 import torch.distributed as dist
 dist.recv(torch.zeros(1), src=(dist.get_rank() + 1) % dist.get_world_size())
-""", b1=lambda answer: "dist.send(outgoing, dst=right)", b2=lambda answer: "copy_")
+""", b1=lambda answer: "dist.send(send, dst=dst); " + answer)
 
 
 # ---- memory
@@ -98,13 +96,13 @@ def memory_hog_in_cell(nb):
     return add_after(nb, "locked_00", HOG)
 
 
-@kind(base=RELEASED, solve=["ring_allreduce_uneven", SOUND],
-      zero=["ring_allreduce_uneven_tests"], earns=[SOUND_TESTS])
+@kind(base=RELEASED, solve=["ring_allreduce", SOUND],
+      zero=["ring_allreduce_tests"], earns=[SOUND_TESTS])
 def memory_hog_in_function(nb):
-    """Every blank of ring_allreduce_uneven allocates until it dies, but only where the judge
-    runs it (the notebook's own checks pass). Its runner dies: ring_allreduce_uneven scores 0,
-    chunk_bounds its points."""
-    return hazard_in_every_blank(nb, "ring_allreduce_uneven",
+    """Every blank of ring_allreduce allocates until it dies, but only where the judge runs it
+    (the notebook's own checks pass). Its runner dies: ring_allreduce scores 0, chunk_bounds
+    its points."""
+    return hazard_in_every_blank(nb, "ring_allreduce",
                                  JUDGED + "\n" + textwrap.indent(HOG.strip(), "    "))
 
 
@@ -164,18 +162,18 @@ def os_exit_cell(nb):
     return add_after(nb, "locked_00", "import os\nos._exit(0)")
 
 
-@kind(base=RELEASED, solve=["ring_allreduce", SOUND, "ring_allgather", "ring_allreduce_uneven",
-                           "ring_reduce_scatter"],
-      zero=["ring_allreduce_tests", SOUND_TESTS, "ring_allgather_tests"],
-      earns=["ring_allreduce_uneven_tests", "ring_reduce_scatter_tests"])
+@kind(base=RELEASED, solve=["ring_allreduce", SOUND, "exchange", "ring_reduce_scatter",
+                           "alltoall"],
+      zero=["ring_allreduce_tests", SOUND_TESTS, "exchange_tests"],
+      earns=["ring_reduce_scatter_tests", "alltoall_tests"])
 def exits_in_function(nb):
     """Where the judge runs their blanks, ring_allreduce calls sys.exit(), chunk_bounds
-    os._exit(0) and ring_allgather raises KeyboardInterrupt. Those three score 0; the exercises
-    that only use chunk_bounds (ring_allreduce_uneven, ring_reduce_scatter) are graded with a
-    correct one, and get their points."""
+    os._exit(0) and exchange raises KeyboardInterrupt. Those three score 0; the exercises built
+    on exchange (ring_reduce_scatter, alltoall) are graded with a correct one, and get their
+    points."""
     hazard_in_every_blank(nb, "ring_allreduce", f"{JUDGED}\n    import sys\n    sys.exit()")
     hazard_in_every_blank(nb, "chunk_bounds", f"{JUDGED}\n    import os\n    os._exit(0)")
-    return hazard_in_every_blank(nb, "ring_allgather", f"{JUDGED}\n    raise KeyboardInterrupt")
+    return hazard_in_every_blank(nb, "exchange", f"{JUDGED}\n    raise KeyboardInterrupt")
 
 
 # ---- output
