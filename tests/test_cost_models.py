@@ -22,22 +22,24 @@ from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (
 
 ASSIGNMENT = "02_cost_models"
 nb = Notebook(ASSIGNMENT)
-NAMES = ["allreduce_time_ring", "allreduce_time_tree", "allreduce_time_halving_doubling",
-         "ring_tree_crossover", "bus_bandwidth", "fit_alpha_beta", "flat_ring_time",
-         "hierarchical_allreduce_time", "iteration_costs", "cheapest_layout"]
+NAMES = ["chain_best_pieces", "allreduce_time_halving_doubling",
+         "ring_tree_crossover", "bus_bandwidth", "fit_alpha_beta",
+         "hierarchical_allreduce_time", "iteration_costs"]
 
 
 # ---------------------------------------------------------------- wrong blanks fail
 
 
 def test_a_wrong_ring_costs_no_points_in_the_exercises_that_use_it():
-    """With a wrong allreduce_time_ring in the notebook, do flat_ring_time,
-    hierarchical_allreduce_time, iteration_costs and cheapest_layout still pass?"""
-    for name in ("flat_ring_time", "hierarchical_allreduce_time", "iteration_costs",
-                 "cheapest_layout"):
+    """With a wrong allreduce_time_ring, allreduce_time_tree and counts in the notebook, do the
+    exercises that call them (the crossover, busbw, the fit, the hierarchy, the analyzer) still
+    pass?"""
+    for name in ("ring_tree_crossover", "bus_bandwidth", "fit_alpha_beta",
+                 "hierarchical_allreduce_time", "iteration_costs"):
         fn = reference.reference(name)
         broken = {"allreduce_time_ring": lambda nbytes, n, alpha, bw: 1.0,
-                  "iteration_costs": lambda *args: {"fits": False}}
+                  "allreduce_time_tree": lambda nbytes, n, alpha, bw: 2.0,
+                  "counts": lambda f, nbytes, n: (3.0, 4.0)}
         patched = type(fn)(fn.__code__, {**fn.__globals__, **broken}, fn.__name__)
         assert fails(name, patched) == ""
 
@@ -79,6 +81,35 @@ def test_seed_example_numbers():
     assert math.isclose(cross, 8e-6 / 4.25e-10, rel_tol=1e-12)
 
 
+@pytest.mark.parametrize(("n", "nbytes", "alpha", "bw"),
+                         [(2, 2**20, 1e-6, 1e10), (3, 2**16, 1e-6, 1e10), (8, 2**20, 1e-6, 1e10),
+                          (8, 2**26, 1e-5, 1e9), (64, 2**26, 1e-6, 1e10), (5, 1e4, 1e-4, 1e8)])
+def test_the_best_number_of_pieces_is_the_fastest_of_a_scan(n, nbytes, alpha, bw):
+    """Is the reference's best number of pieces the fastest of every count up to 20000 (the
+    chain's time, a convex function of k, has no other minimum)?"""
+    chain = reference.module(ASSIGNMENT).allreduce_time_chain
+    best = reference.reference("chain_best_pieces")(nbytes, n, alpha, bw)
+    scan = min(range(1, 20001), key=lambda k: chain(nbytes, n, alpha, bw, k))
+    assert best < 20000
+    assert math.isclose(chain(nbytes, n, alpha, bw, best), chain(nbytes, n, alpha, bw, scan),
+                        rel_tol=1e-12)
+
+
+def test_the_two_node_links_of_the_analyzer():
+    """On 2 nodes of 4 GPUs (Megatron's order), does the reference put a DP group of 4 with
+    TP 2 on the slow link, and a pipeline of 4 stages with TP 2 on the slow link although each
+    pair of neighbouring stages shares a node?"""
+    costs = reference.reference("iteration_costs")
+    model = {"layers": 8, "hidden": 1024, "seq": 1024, "global_batch": 16, "micro_batch": 1,
+             "params": 12 * 8 * 1024**2}
+    slow_link = {"nodes": 2, "gpus_per_node": 4, "intra": (3e-6, 3e11), "inter": (1e-5, 5e10),
+                 "memory": 8e10, "flops": 4e14}
+    fast_link = {**slow_link, "inter": slow_link["intra"]}
+    for layout, crosses in (((4, 2, 1), "dp"), ((1, 2, 4), "pp"), ((2, 2, 2), "pp")):
+        slow, fast = costs(model, slow_link, *layout), costs(model, fast_link, *layout)
+        assert [k for k in ("dp", "tp", "pp") if slow[k] != fast[k]] == [crosses]
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_no_crossover_for_three_ranks_or_fewer(n):
     """Is the ring never slower than the tree for N <= 3, at any size?"""
@@ -94,8 +125,33 @@ def test_does_a_tree_with_one_rank_cost_nothing():
     for name in ("allreduce_time_ring", "allreduce_time_tree",
                  "allreduce_time_halving_doubling"):
         assert reference.reference(name)(1e9, 1, 1e-5, 1e9) == 0
-    for name in ("flat_ring_time", "hierarchical_allreduce_time"):
-        assert reference.reference(name)(1e9, 1, 1, (1e-6, 1e11), (1e-5, 1e10)) == 0
+    for fn in (reference.module(ASSIGNMENT).flat_ring_time,
+               reference.reference("hierarchical_allreduce_time")):
+        assert fn(1e9, 1, 1, (1e-6, 1e11), (1e-5, 1e10)) == 0
+
+
+def test_the_numbers_the_notebook_states_about_the_hierarchy():
+    """Do the prose's figures hold: on 4 nodes x 8 GPUs and 1 GB the hierarchy is 4.06x faster
+    than the flat ring, its slow phase alone 10.3x, its phases inside the nodes cost more than
+    the slow one, and one ring per card overtakes the hierarchy near 100 MB?"""
+    module = reference.module(ASSIGNMENT)
+    flat, hier = module.flat_ring_time, reference.reference("hierarchical_allreduce_time")
+    intra, inter = (3e-6, 300e9), (10e-6, 50e9)  # the notebook's INTRA, INTER
+    total = hier(1e9, 4, 8, intra, inter)
+    slow = hier(1e9, 4, 8, (0.0, math.inf), inter)
+    assert round(flat(1e9, 4, 8, intra, inter) / total, 2) == 4.06
+    assert round(flat(1e9, 4, 8, intra, inter) / slow, 1) == 10.3
+    assert hier(1e9, 1, 8, intra, inter) > slow
+    per_card = module.flat_rings_per_card
+    assert per_card(0.8e8, 4, 8, intra, inter) > hier(0.8e8, 4, 8, intra, inter)
+    assert per_card(1.3e8, 4, 8, intra, inter) < hier(1.3e8, 4, 8, intra, inter)
+
+
+def test_copy_bandwidth_is_a_positive_speed():
+    """Does the yardstick time a real copy (a speed between 0.1 and 1000 GB/s)?"""
+    from distlab.cost_models import copy_bandwidth
+
+    assert 1e8 < copy_bandwidth(4 * 2**20, repeats=3) < 1e12
 
 
 # ---------------------------------------------------------------- the notebook and pictures
@@ -149,12 +205,16 @@ def test_pictures_draw_the_functions_they_are_given(monkeypatch):
                                   crossover=ref("ring_tree_crossover"))
         cost.show_allreduce_costs(curves, 1e-6, 1e10, n=3,
                                   crossover=ref("ring_tree_crossover"))
-        cost.show_topology({"flat ring": ref("flat_ring_time")}, 2, 4, (1e-6, 1e11),
-                           (1e-5, 1e10))
+        flat = reference.module(ASSIGNMENT).flat_ring_time
+        cost.show_topology({"flat ring": flat}, 2, 4, (1e-6, 1e11), (1e-5, 1e10))
         records = fake_measure({"ring": None}, [4**k for k in range(1, 8)])
         cost.show_fit(records, {("ring", 2): (2e-4, 5e-10)}, ref("allreduce_time_ring"),
                       held_out=[16, 256])
+    cost.show_iteration_costs([("dp1 tp1 pp1", {"compute": 1.0, "bubble": 0.0, "dp": 0.0,
+                                                 "tp": 0.0, "pp": 0.0, "memory": 1.0,
+                                                 "fits": True})], 2.0, name_best=False)
     assert "above 18.4 KiB" in described[1]
+    assert "fastest" not in described[5], "the explorer must leave the search to the learner"
     assert "no crossover" in described[2]
     assert "held-out sizes: ring on 2 ranks" in described[4]
 
@@ -230,12 +290,13 @@ def test_the_judge_grades_outside_the_kernel_with_the_oracles_patched_in(monkeyp
                                                                  "autograder.judge.runner"])
 
     def edit(code):
-        code = code.replace("steps = 2 * (n - 1)  # BLANK how many steps, both",
-                            "steps = 3 * n  # BLANK how many steps, both")  # a wrong ring
-        return code.replace("pp_messages = 2 * m if", "pp_messages = m if")
+        code = code.replace("steps = 2 * (n - 1)  # the reduce-scatter's",
+                            "steps = 3 * n  # the reduce-scatter's")  # a wrong ring
+        return code.replace("bubble = (pp - 1) * stage", "bubble = pp * stage")
 
     verdicts = judge.verdicts(nb.solved_cells(edit), [("iteration_costs", None),
-                                                   ("cheapest_layout", None)], "test")
-    (earned, possible, report), (cheap_earned, cheap_possible, _) = verdicts
-    assert earned == possible - 1 and "looks wrong: [3]" in "\n".join(report), report
-    assert cheap_earned == cheap_possible == 1
+                                                   ("hierarchical_allreduce_time", None)],
+                              "test")
+    (earned, possible, report), (hier_earned, hier_possible, _) = verdicts
+    assert earned == possible - 1 and "looks wrong: [4]" in "\n".join(report), report
+    assert hier_earned == hier_possible == 1

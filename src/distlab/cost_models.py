@@ -5,6 +5,7 @@
     records = measure({"all_reduce": None, "ring": my_ring}, sizes, world_sizes=(2,))
     show_fit(records, fits, model)                          # measured vs fitted model
     show_iteration_costs(rows, capacity)                    # stacked bars, one per layout
+    copy_bandwidth()                                        # bytes/s one core copies
 
 Every formula a learner writes comes in as an argument (their function); this module only
 evaluates what it is given, draws it, and times real collectives on real ranks.
@@ -175,14 +176,16 @@ def draw_iteration_costs(rows: list, capacity: float, highlight=None):
     return fig, totals
 
 
-def show_iteration_costs(rows: list, capacity: float, highlight=None):
-    """Stacked bars of (compute,) bubble, DP, TP and PP time for each layout in rows."""
+def show_iteration_costs(rows: list, capacity: float, highlight=None, name_best=True):
+    """Stacked bars of (compute,) bubble, DP, TP and PP time for each layout in rows; the
+    description names the fastest layout that fits only if `name_best`."""
     fig, totals = draw_iteration_costs(rows, capacity, highlight)
     fitting = [(t, label) for t, (label, costs) in zip(totals, rows, strict=True)
                if costs["fits"]]
     best = f"the fastest that fits is {min(fitting)[1]}" if fitting else "none fits"
+    said = f"; {best}" if name_best else f"; {len(fitting)} of them fit"
     _show(fig, f"Stacked bar chart of {fig.axes[0].get_title()} for {len(rows)} layouts, "
-          f"split into bubble and DP, TP, PP communication; {best}.")
+          f"split into bubble and DP, TP, PP communication{said}.")
 
 
 def explore_layouts(costs_of, layouts: list, capacity: float):
@@ -204,7 +207,7 @@ def explore_layouts(costs_of, layouts: list, capacity: float):
         verdict = "fits" if costs["fits"] else "does NOT fit"
         print(f"dp={dp} tp={tp} pp={pp}: {human_seconds(total)} per iteration; "
               f"{costs['memory'] / GB:.1f} GB per GPU of {capacity / GB:g} GB: {verdict}")
-        show_iteration_costs(rows, capacity, highlight=f"dp{dp} tp{tp} pp{pp}")
+        show_iteration_costs(rows, capacity, highlight=f"dp{dp} tp{tp} pp{pp}", name_best=False)
 
     tps = sorted({tp for _, tp, _ in layouts})
     pps = sorted({pp for _, _, pp in layouts})
@@ -236,6 +239,27 @@ def time_on_rank(rank, world_size, collective, nbytes, repeats):
     # on a shared machine other processes take the CPU at random moments, for milliseconds:
     # that is not the collective's time, so keep a call that was mostly left alone
     return float(torch.quantile(times, 0.25))
+
+
+def copy_bandwidth(nbytes: int = 64 * MiB, repeats: int = 10) -> float:
+    """Bytes per second one core copies from one tensor into another (the best of `repeats`
+    copies of `nbytes`): a yardstick for a bandwidth measured on this machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        source = torch.ones(nbytes // 4)
+        target = torch.empty_like(source)
+        target.copy_(source)  # warm-up: the pages are touched once
+        best = math.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            target.copy_(source)
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return source.numel() * 4 / best
 
 
 def repeats_for(nbytes: int) -> int:
