@@ -32,7 +32,8 @@ IDS = paths.assignment_ids()
 # per notebook: a graded function, one of its blanks, and a wrong answer for it
 WRONG = {
     "01_collectives": ("ring_allreduce", 2, lambda answer: f"({answer}) + 1"),
-    "02_cost_models": ("allreduce_time_ring", 1, lambda answer: "n - 1"),
+    "02_cost_models": ("allreduce_time_halving_doubling", 1,
+                       lambda answer: "(n - 1) / n * nbytes"),
     "03_data_parallel": ("sync_sgd_step", 2, lambda answer: "p.grad /= 2 * world_size"),
     "04_tensor_parallel": ("column_parallel_forward", 2,
                            lambda answer: "dist.all_reduce(y_shard)"),
