@@ -342,7 +342,7 @@ assert all(same), f"ranks whose pieces differ from dist.all_gather's: " \
 print("✓ your exchange carried a ring all-gather on 4 ranks, as dist.all_gather does")
 
 # %% tests="exchange_tests" points=1
-# Hidden tests (1 point): 2-5 ranks, a ring all-gather and an all-to-all built on exchange
+# Hidden tests (1 point): 2-4 ranks, a ring all-gather and an all-to-all built on exchange
 # (ranks that send to each other in the same step included); each rank's messages are recorded.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade
@@ -494,7 +494,7 @@ run(tree_broadcast, torch.zeros(2), world_size=7, trace=True)
 print("✓ tree_broadcast matches dist.broadcast on 4 and 7 ranks")
 
 # %% tests="tree_broadcast_tests" points=1
-# Hidden tests (1 point): 1-10 ranks; who sends to whom is recorded, and the tree's depth is
+# Hidden tests (1 point): 1-8 ranks; who sends to whom is recorded, and the tree's depth is
 # measured from the messages.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade
@@ -574,7 +574,7 @@ for n in (3, 4):
 print("✓ alltoall matches dist.all_to_all_single on 3 and 4 ranks")
 
 # %% tests="alltoall_tests" points=1
-# Hidden tests (1 point): 1-6 ranks, blocks of random (also empty) sizes; each rank's messages
+# Hidden tests (1 point): 1-5 ranks, blocks of random (also empty) sizes; each rank's messages
 # are recorded.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade

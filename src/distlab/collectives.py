@@ -17,11 +17,19 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.patches import FancyArrowPatch, Rectangle
 
 REDUCE, GATHER = "tab:orange", "tab:green"
+
+
+def __getattr__(name: str):
+    """`plt`, imported on first use: importing this module (as every rank of a notebook that
+    imports it does) costs no matplotlib."""
+    if name == "plt":
+        import matplotlib.pyplot as plt
+
+        return plt
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -56,6 +64,9 @@ def _label(chunk: list) -> str:
 def draw_ring_state(state: RingState, n: int, fig=None):
     """Left: the ring and this step's sends. Right: every GPU's chunks (colour = how many
     contributions a copy holds; thick border = changed in this step)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
     fig = fig or plt.figure(figsize=(10, 4.2))
     ax_ring, ax_table = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
     colour = REDUCE if state.phase == "phase 1" else GATHER
@@ -100,6 +111,7 @@ def draw_ring_state(state: RingState, n: int, fig=None):
 
 def _show(fig, description: str) -> None:
     """Show fig, described in words for screen readers (and the alt text of HTML exports)."""
+    import matplotlib.pyplot as plt
     from IPython import get_ipython
 
     if get_ipython() is None:  # a script: matplotlib's own window, or nothing (Agg)
@@ -158,6 +170,8 @@ def show_tree(num_nodes: int):
     """The broadcast tree, ranks numbered level by level and coloured by receive step."""
     levels = tree_levels(num_nodes)
     depth = max(levels)
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(min(2 + num_nodes, 10), 1.2 + 1.1 * depth))
     pos, seen = {}, [0] * (depth + 1)
     for i, level in enumerate(levels):  # left to right within a level, 2**level slots
