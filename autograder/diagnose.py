@@ -18,15 +18,14 @@ from distlab.blanks import source_lines
 from distlab.source.markers import BLANK, Blank, comment_start
 
 
-def _code(line: str) -> str:
-    column = comment_start(line)
-    return (line if column is None else line[:column]).strip()
-
-
 def _uncommented(line: str) -> str:
     """line without its comment, its indentation kept."""
     column = comment_start(line)
     return (line if column is None else line[:column]).rstrip()
+
+
+def _code(line: str) -> str:
+    return _uncommented(line).strip()
 
 
 def _pattern(template_code: str) -> re.Pattern:
@@ -139,8 +138,8 @@ def read_fills(learner_source: str, template: str, blanks: list[Blank]) -> Fille
                 last[found] = window[-1]
                 block = [lines[j] for j in range(found, window[-1] + 1)]
                 base = len(block[0]) - len(block[0].lstrip())
-                texts = ["\n".join(_code(line) if k == 0 else _uncommented(
-                    line[:base].lstrip() + line[base:]) for k, line in enumerate(block)).strip()]
+                texts = ["\n".join(_uncommented(line[:base].lstrip() + line[base:])
+                                   for line in block).strip()]
         else:
             match = next(((j, m) for j in range(cursor, len(codes))
                           if (m := _pattern(row).match(codes[j]))), None)

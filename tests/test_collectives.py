@@ -315,24 +315,6 @@ def test_a_rank_finds_no_other_ranks_input_in_any_frame():
     assert found == dict.fromkeys(range(n), 0), found
 
 
-@pytest.mark.parametrize("n", [2, 3, 4, 5])
-def test_the_hidden_tests_ring_is_the_ring_the_notebook_draws(n):
-    """Do the grading oracle's step-by-step states (`_ring_states`, what
-    `ring_allreduce(..., trace=True)` is held to) equal the states the picture is drawn from
-    (`ring_picture`), after every one of the 2(N-1) steps?"""
-    from autograder.exercises.collectives import _ring_states, ring_picture
-
-    grads = [list(np.random.default_rng(n).integers(0, 9, size=3 * n).astype(float))
-             for _ in range(n)]
-    drawn, graded = ring_picture(grads)[1:], _ring_states(grads, n)
-    assert len(drawn) == len(graded) == 2 * (n - 1)
-    for step, (shown, held) in enumerate(zip(drawn, graded, strict=True)):
-        for gpu in range(n):
-            for chunk in range(n):
-                assert np.allclose(shown["values"][gpu][chunk], held[gpu][chunk]), (step, gpu,
-                                                                                   chunk)
-
-
 def test_a_fill_over_several_lines_is_read_back_whole_and_is_no_change():
     """exchange's one blank is its whole body, which a learner writes over several lines: is
     that no change outside the blanks, read back as one fill (the diagnosis puts an answer in

@@ -53,24 +53,6 @@ def _oracle_bounds(length: int, n: int) -> list[tuple[int, int]]:
 # ---------------------------------------------------------------- simulated collectives
 
 
-def _ring_states(grads: list, n: int) -> list:
-    """What every GPU holds after each step of the ring (the notebook's schedule: GPU i sends
-    chunk i - step in the scatter-reduce, i - step + 1 in the all-gather, to GPU i + 1), as
-    states[s][i][j]: GPU i's chunk j, a float array."""
-    size = len(grads[0]) // n
-    chunks = [[np.asarray(g[j * size:(j + 1) * size], float) for j in range(n)] for g in grads]
-    states = []
-    for phase, shift in (("reduce", 0), ("gather", 1)):
-        for step in range(n - 1):
-            sends = [(i, (i - step + shift) % n, chunks[i][(i - step + shift) % n].copy())
-                     for i in range(n)]
-            for i, j, chunk in sends:
-                dst = (i + 1) % n
-                chunks[dst][j] = chunks[dst][j] + chunk if phase == "reduce" else chunk
-            states.append([[c.copy() for c in gpu] for gpu in chunks])
-    return states
-
-
 RING_EXAMPLE = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]]
 
 
@@ -108,6 +90,13 @@ def ring_picture(gpu_grads: list = RING_EXAMPLE) -> list[dict]:
     return json.loads(json.dumps(states))  # tuples as lists, as the file holds them
 
 
+def _ring_states(grads: list) -> list:
+    """What every GPU holds after each step of the ring, as the picture draws it: states[s][i][j]
+    is GPU i's chunk j after step s + 1, a float array (the trace ring_allreduce is held to)."""
+    return [[[np.asarray(chunk, float) for chunk in gpu] for gpu in state["values"]]
+            for state in ring_picture(grads)[1:]]
+
+
 def write_ring_example() -> None:
     """Write distlab's ring_example.json from ring_picture() (a test fails when it is stale)."""
     from distlab import collectives
@@ -116,8 +105,9 @@ def write_ring_example() -> None:
 
 
 def _check_ring_steps(fn, rng) -> None:
-    """The ring's state after every step, not only its end: a sum computed in one go (from the
-    input every GPU can see here) reaches the right end without a single ring step."""
+    """The ring's state after every step, not only its end (the picture's: ring_picture): a sum
+    computed in one go (from the input every GPU can see here) reaches the right end without a
+    single ring step."""
     for n in (2, 3, 4, 5):
         size = int(rng.integers(1, 3))
         grads = ints(rng, (n, n * size))
@@ -129,7 +119,7 @@ def _check_ring_steps(fn, rng) -> None:
         except (TypeError, ValueError):
             raise AssertionError(f"{case}: with trace=True expected (result, states), got "
                                  f"{out!r}") from None
-        expected = _ring_states(grads, n)
+        expected = _ring_states(grads)
         if len(states) != len(expected):
             raise AssertionError(f"{case}: the trace has {len(states)} steps, a ring of {n} "
                                  f"GPUs takes 2(N-1) = {len(expected)}")
