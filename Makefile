@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup lab test test-all quick strength release grade report bench lint clean
+.PHONY: setup lab test test-all quick strength release grade report bench gpu-check lint clean
 
 setup: $(VENV)/.installed
 
@@ -71,6 +71,12 @@ report: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+# Every path only a GPU machine takes (launcher on CUDA, NCCL, the torchrun scripts, the solved
+# notebooks), one line each; without a GPU it says so and exits 0. Needs a CUDA build of torch:
+# make setup TORCH_VERSION=... TORCH_INDEX=https://download.pytorch.org/whl/cu128
+gpu-check: setup
+	$(BIN)/python -m bench.gpu_check
 
 # ruff, and import-linter's contracts ([tool.importlinter] in pyproject.toml): distlab never
 # imports autograder

@@ -22,8 +22,8 @@ from distlab.source.markers import strip_markers
 from distlab.source.paths import ROOT, source_path
 
 HERE = Path(__file__).parent
-EXPORTED = ("01_collectives", "03_data_parallel", "04_tensor_parallel", "05_pipeline_parallel",
-            "06_zero")
+EXPORTED = ("01_collectives", "02_cost_models", "03_data_parallel", "04_tensor_parallel",
+            "05_pipeline_parallel", "06_zero")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 SMALL = ["--bytes", "65536", "--repeats", "2"]  # the timings, kept short for a test
 
@@ -52,8 +52,9 @@ def together(request, scripts) -> tuple[int, subprocess.CompletedProcess]:
 def test_do_the_solved_exercises_pass_under_torchrun_at_two_world_sizes(together):
     n, done = together
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    names = ["hello_allreduce", "ring_allreduce_p2p", "sync_sgd_step", "DDPBucketed",
-             "column_parallel_forward", "row_parallel_forward", "run_stage", "ShardedOptimizer"]
+    names = ["hello_allreduce", "ring_allreduce_p2p", "fast_all_reduce", "sync_sgd_step",
+             "DDPBucketed", "column_parallel_forward", "row_parallel_forward", "run_stage",
+             "ShardedOptimizer"]
     for name in names:
         assert f"✓ {name}\n" in done.stdout, f"{name} did not pass on {n} ranks:\n{done.stdout}"
     assert f"{len(names)} passed on {n} ranks" in done.stdout
@@ -69,6 +70,20 @@ def test_are_the_collectives_and_ddp_timed_as_algbw_and_busbw(together):
                       "one DDPBucketed step (forward + backward + gradient sync, 2 MiB buckets)"]
     for _, algbw, busbw in timings:  # an all-reduce's bus factor, 2(N-1)/N, to the printed digits
         assert float(busbw) == pytest.approx(float(algbw) * 2 * (n - 1) / n, abs=2e-3)
+
+
+@pytest.mark.slow
+def test_does_the_speed_challenge_print_its_score_as_the_notebook_does(together):
+    """02's fast_all_reduce (given code: 02's ring) raced against dist.all_reduce by the same
+    runtime.race the notebook's distlab.challenge uses: one line, with both busbws and the
+    score, which is the ratio of the two times (same bytes, same bus factor)."""
+    n, done = together
+    line = re.search(r"^  race at [\d.]+ MiB on (\d) ranks \(gloo\), median of 2 paired runs: "
+                     r"yours ([\d.]+) ms, busbw ([\d.]+) GB/s; dist.all_reduce ([\d.]+) ms, "
+                     r"busbw ([\d.]+) GB/s; score ([\d.]+)$", done.stdout, re.M)
+    assert line, done.stdout
+    ranks, *_, score = line.groups()
+    assert int(ranks) == n and float(score) > 0
 
 
 def mutant(tmp_path: Path, id: str, right: str, wrong: str) -> Path:

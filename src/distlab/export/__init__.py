@@ -9,7 +9,7 @@ as grading and the drills read it (distlab.source):
 - the learner's own exercises (every exportable one, or those named) and the course's given
   code they use (the locked helpers and imports they name), nothing else of the notebook;
 - each exercise's check, the notebook's visible check re-expressed per rank (one module per
-  topic here: collectives, data_parallel, tensor_parallel, pipeline_parallel, zero);
+  topic here: collectives, cost_models, data_parallel, tensor_parallel, pipeline_parallel, zero);
 - the torchrun runtime (runtime.py, copied): the process group from torchrun's environment,
   NCCL on cuda:LOCAL_RANK when there is a GPU for the rank, gloo otherwise, `--backend` to
   force one, timings printed as algbw/busbw for the collectives and DDP.
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from distlab.export import (
     collectives,
+    cost_models,
     data_parallel,
     pipeline_parallel,
     runtime,
@@ -34,7 +35,7 @@ from distlab.export import (
 from distlab.export.reading import needed, read_notebook
 from distlab.export.spec import Exportable
 
-TOPICS = (collectives, data_parallel, tensor_parallel, pipeline_parallel, zero)
+TOPICS = (collectives, cost_models, data_parallel, tensor_parallel, pipeline_parallel, zero)
 EXPORTABLE = {e.name: (topic, e) for topic in TOPICS for e in topic.EXERCISES}
 
 

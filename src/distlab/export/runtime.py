@@ -88,6 +88,38 @@ def allreduce_factor(world_size: int) -> float:
     return 2 * (world_size - 1) / world_size
 
 
+def race(mine, x: torch.Tensor, pairs: int, synchronize=lambda: None) -> tuple:
+    """The speed challenge's measurement, the same in the notebook (distlab.challenge) and in
+    an exported script: `mine(t)` and `dist.all_reduce(t)` each sum `x` in place over the
+    default group, `pairs` times each, alternating which goes first (a slow moment of the
+    machine then falls on both alike). A call takes as long as its slowest rank.
+
+    Returns (your median seconds, dist.all_reduce's median seconds, score): the score is the
+    median over the pairs of (all_reduce's time / yours), which is your bus bandwidth over the
+    library's (same bytes, same ranks): 1.0 is as fast as the library."""
+    original = x.clone()
+    contenders = (mine, dist.all_reduce)
+    for call in contenders:  # warm-up: connections and buffers are set up by a first call
+        x.copy_(original)
+        call(x)
+    times = torch.empty(pairs, 2, dtype=torch.float64)
+    for i in range(pairs):
+        for k in (0, 1) if i % 2 == 0 else (1, 0):
+            x.copy_(original)
+            synchronize()
+            dist.barrier()
+            start = time.perf_counter()
+            contenders[k](x)
+            synchronize()
+            times[i, k] = time.perf_counter() - start
+    slowest = times.to(x.device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    times = slowest.cpu()
+    x.copy_(original)
+    return (float(times[:, 0].median()), float(times[:, 1].median()),
+            float((times[:, 1] / times[:, 0]).median()))
+
+
 def torchrun_environment() -> tuple[int, int, int]:
     missing = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
     if missing:
