@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from distlab.challenge import ChallengeError, race
+from distlab.challenge import race
 from distlab.source.paths import SOLUTIONS
 
 

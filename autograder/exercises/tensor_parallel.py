@@ -8,7 +8,12 @@ recorder.py) and held to the idea's budget: the collectives the formula calls an
 and one all-gather, no all-reduce), and about 1/N of the layer's matmul FLOPs per rank. Where
 the exercise allows, a rank is handed only its own shard of the weights (the linear layers and
 their backward); where choosing the shard is the exercise (the MLP, attention) it gets them
-whole, and the FLOPs say whether it used only its part.
+whole, and its work says whether it used only its part: the matmul FLOPs, and for the layers
+every element a forward op writes (a broadcast multiply-and-sum does a matmul's work without a
+matmul), against 1/N of the single-device layer's. The layers' backward runs with torch's
+warnings recorded on the rank: a `dist.all_reduce` in place of g passes backward as the identity
+with only a warning ("an autograd kernel was not registered"), which the grader's quiet() would
+hide; here it fails the case.
 
 As in notebook 01, one module-level harness runs on the ranks (it travels by value, as the
 learner's function does: checks.on_ranks), in its own process group with a short timeout: a
@@ -18,6 +23,9 @@ its own points only.
 """
 
 from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from autograder.exercises import exercise
 from autograder.exercises.checks import case as _case
@@ -34,6 +42,7 @@ from autograder.exercises.checks import (
 
 WORLD_SIZES = (1, 2, 4)
 FLOP_SLACK = 1.25  # a rank may do this much more than 1/N of the layer's matmul FLOPs
+NO_AUTOGRAD = "an autograd kernel was not registered"  # torch's warning: a collective backwarded
 
 
 # ---------------------------------------------------------------- on the ranks
@@ -81,13 +90,53 @@ def _run_pair(fn, rank, n, case):
     return {"value": values, "rec": recs}
 
 
+class _Work(TorchDispatchMode):
+    """The work of the aten operators dispatched inside: a matmul's multiplications (m n k),
+    every other operator's elements written (a view, an allocation or a collective: none)."""
+
+    FREE = {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "zeros",
+            "zeros_like", "new_zeros", "detach", "alias", "lift_fresh", "_to_copy"}
+    MATMUL = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "addbmm", "matmul"}
+
+    def __init__(self):
+        super().__init__()
+        self.work = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func._schema.name.split("::")[-1]
+        if func.namespace != "aten" or func.is_view or name in self.FREE:
+            return out
+        outputs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if name in self.MATMUL:
+            inputs = [a for a in args if isinstance(a, torch.Tensor)]
+            self.work += sum(t.numel() for t in outputs) * int(inputs[-2].shape[-1])
+        else:
+            self.work += sum(t.numel() for t in outputs)
+        return out
+
+
+def _work_of(call):
+    """(call(), the work it did: _Work)."""
+    counter = _Work()
+    with counter:
+        value = call()
+    return value, counter.work
+
+
 def _run_layer(fn, rank, n, case):
-    """The layer's forward on leaves that require grad, backward grad_y: [y, every grad], and
-    the forward's and the backward's recordings."""
+    """The layer's forward on leaves that require grad, backward grad_y: [y, every grad], the
+    forward's and the backward's recordings, the forward's work, and torch's warnings."""
+    import warnings
+
     leaves = [t.detach().clone().requires_grad_() for t in case["tensors"]]
-    y, forward = _recorded(lambda: fn(rank, n, *leaves, **case.get("kwargs", {})))
-    _, backward = _recorded(lambda: y.backward(case["grad"].clone()))
-    return {"value": _plain([y] + [leaf.grad for leaf in leaves]), "rec": [forward, backward]}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (y, forward), work = _work_of(lambda: _recorded(
+            lambda: fn(rank, n, *leaves, **case.get("kwargs", {}))))
+        _, backward = _recorded(lambda: y.backward(case["grad"].clone()))
+    return {"value": _plain([y] + [leaf.grad for leaf in leaves]), "rec": [forward, backward],
+            "work": work, "warnings": [str(w.message)[:300] for w in caught]}
 
 
 def _run_sp(fn, rank, n, case):
@@ -469,20 +518,41 @@ def megatron_f_g(fn, rng):
 # ---------------------------------------------------------------- the layers
 
 
-def _check_layer(where, n, outcomes, expected, flops, parts, sizes, what):
+def _check_layer(where, n, outcomes, expected, flops, parts, sizes, what, work=None):
     """outcomes[rank]["value"] = [y, grad of every tensor]; expected likewise, from autograd;
     parts[k] = (name, None for a tensor every rank uses whole, else a function rank -> index);
-    sizes = bytes of y and of x: the one all-reduce of g (forward) and of f (backward)."""
+    sizes = bytes of y and of x: the one all-reduce of g (forward) and of f (backward);
+    work = (the single-device forward's work, what every rank may add to its 1/N share)."""
     for rank, outcome in enumerate(outcomes):
+        said = [w for w in outcome["warnings"] if NO_AUTOGRAD in w]
+        if said:
+            raise AssertionError(
+                f"{where}: rank {rank}: autograd went backward through a torch.distributed "
+                "collective that has no gradient formula (torch warned that it ran it as the "
+                "identity, which is silently wrong wherever the ranks' gradients differ): "
+                f"where the {what}'s region ends, the sum must go through g, the autograd "
+                "Function that states its backward")
         forward, backward = outcome["rec"]
         _check_calls(where, rank, forward, {"all_reduce": sizes[0]},
-                     f"the forward of a column-then-row {what} (g, where the region ends)",
+                     f"the forward of the tensor-parallel {what} (its one message, where the "
+                     "region ends)",
                      "forward")
         _check_calls(where, rank, backward, {"all_reduce": sizes[1]},
-                     f"the backward of a column-then-row {what} (f, where the region begins)",
+                     f"the backward of the tensor-parallel {what} (its one message, where the "
+                     "region begins)",
                      "backward")
         _check_flops(where, rank, n, forward["flops"] + backward["flops"], flops,
                      f"{what} (forward and backward)")
+        if work is not None and n > 1:
+            whole, shared = work
+            share = FLOP_SLACK * whole / n + shared
+            if outcome["work"] > share:
+                raise AssertionError(
+                    f"{where}: rank {rank} did {outcome['work'] / (whole / n):.2g}x the work of "
+                    f"its 1/{n} share of the {what}'s forward ({outcome['work']} multiplications "
+                    f"and elements written, its share is about {whole / n:g}): it computed "
+                    "parts that belong to other ranks (each rank multiplies only by its own "
+                    "part of the weights, with matmuls or without)")
         value = outcome["value"]
         check_tensor(value[0], expected[0], where, rank, "the output",
                      expected_is="the single-device layer gives")
@@ -503,6 +573,11 @@ def _mlp(x, w1, b1, w2, b2):
     return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
 
 
+def _forward_work(fn, tensors) -> int:
+    """The work of fn(*tensors) on one process (the whole layer's forward), as _Work counts it."""
+    return _work_of(lambda: fn(*[t.detach().clone() for t in tensors]))[1]
+
+
 @exercise
 def tp_mlp(fn, rng):
     from distlab import require_filled
@@ -513,9 +588,11 @@ def tp_mlp(fn, rng):
         cases, specs = [], []
         for index, dtype in enumerate(_dtypes()):
             d, h = int(rng.integers(1, 6)), n * int(rng.integers(1, 4))
+            if index:  # a case large enough that the whole layer's work stands out
+                d, h = int(rng.integers(6, 10)), n * int(rng.integers(8, 12))
             if h == d:  # a square w1 would let a wrong split dimension pass on shapes alone
                 h += n
-            lead = (int(rng.integers(1, 4)),) + ((int(rng.integers(1, 4)),) if index else ())
+            lead = (int(rng.integers(1, 4)),) + ((int(rng.integers(3, 6)),) if index else ())
             tensors = [_randn(rng, (*lead, d), dtype), _randn(rng, (h, d), dtype, d**-0.5),
                        _randn(rng, (h,), dtype), _randn(rng, (d, h), dtype, h**-0.5),
                        _randn(rng, (d,), dtype)]
@@ -524,15 +601,17 @@ def tp_mlp(fn, rng):
             where = _case(n, x=tuple(tensors[0].shape), hidden=h, dtype=_name(dtype))
             expected, flops = _autograd(_mlp, tensors, grad)
             size = _nbytes(tensors[0])
-            specs.append((where, expected, flops, _parts(h, n), size))
+            # every rank adds b2 and copies the output (g's sum) on whole (..., d) tensors
+            work = (_forward_work(_mlp, tensors), 4 * tensors[0].numel() + d)
+            specs.append((where, expected, flops, _parts(h, n), size, work))
         results = on_ranks(_harness, fn, n, "layer", cases)
-        for index, (where, expected, flops, hidden, size) in enumerate(specs):
+        for index, (where, expected, flops, hidden, size, work) in enumerate(specs):
             _check_layer(where, n, _outcomes(where, _entries(results, index), count=6),
                          expected, flops, [
                              ("x", None), ("w1", lambda r, p=hidden: p[r]),
                              ("b1", lambda r, p=hidden: p[r]),
                              ("w2", lambda r, p=hidden: (slice(None), p[r])), ("b2", None)],
-                         (size, size), "MLP")
+                         (size, size), "MLP", work)
 
 
 def _attention(x, wq, wk, wv, wo, bo, num_heads):
@@ -574,7 +653,10 @@ def tp_attention(fn, rng):
             cases.append({"tensors": tensors, "grad": grad, "kwargs": {"num_heads": num_heads}})
             where = _case(n, x=(batch, seq, d), num_heads=num_heads, dtype=_name(dtype))
             expected, flops = _autograd(lambda *t, h=num_heads: _attention(*t, h), tensors, grad)
-            specs.append((where, expected, flops, _parts(d, n), _nbytes(tensors[0])))
+            # every rank adds bo, copies the output (g's sum), and builds its causal mask
+            work = (_forward_work(lambda *t, h=num_heads: _attention(*t, h), tensors),
+                    4 * tensors[0].numel() + d + 2 * seq * seq)
+            specs.append((where, expected, flops, _parts(d, n), _nbytes(tensors[0]), work))
         refused = None
         if n > 1:
             num_heads = n + 1
@@ -585,13 +667,13 @@ def tp_attention(fn, rng):
                           "kwargs": {"num_heads": num_heads}})
             refused = _case(n, num_heads=f"{num_heads} (not a multiple of {n})")
         results = on_ranks(_harness, fn, n, "layer", cases)
-        for index, (where, expected, flops, rows, size) in enumerate(specs):
+        for index, (where, expected, flops, rows, size, work) in enumerate(specs):
             _check_layer(where, n, _outcomes(where, _entries(results, index), count=7),
                          expected, flops, [
                              ("x", None),
                              *[(w, lambda r, p=rows: p[r]) for w in ("wq", "wk", "wv")],
                              ("wo", lambda r, p=rows: (slice(None), p[r])), ("bo", None)],
-                         (size, size), "attention layer")
+                         (size, size), "attention layer", work)
         if refused:
             _check_refused(refused, _entries(results, len(specs)), "the heads cannot be split "
                            "evenly")

@@ -3,51 +3,53 @@
 #
 # Data parallelism gives every GPU a whole copy of the model. When one layer's weights, or the
 # work of one layer, are too much for one GPU, cut the **layer** instead: every GPU holds a
-# slice of each weight matrix and computes a slice of the result, and a collective puts the
-# slices together. This is **tensor parallelism**, as Megatron-LM does it (Shoeybi et al.,
-# 2019, "Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
-# Parallelism").
+# slice of each weight matrix and computes a slice of the work, and collectives put the slices
+# together. This is **tensor parallelism**, as Megatron-LM does it (Shoeybi et al., 2019,
+# "Megatron-LM: Training Multi-Billion Parameter Language Models Using Model Parallelism").
 #
 # **What you will build**
 #
-# 1. A column-parallel and a row-parallel linear layer on real gloo ranks, each equal to
-#    `nn.Linear`.
+# 1. A linear layer whose weight is cut into bands of rows, then one cut into bands of
+#    columns, on real gloo ranks, each equal to `nn.Linear`: which collective each needs.
 # 2. Their backward pass by hand: which gradients need a collective, and which need none.
-# 3. Megatron's operators *f* and *g* as `torch.autograd.Function`s, and with them a
-#    tensor-parallel MLP and a tensor-parallel attention layer that autograd differentiates,
-#    checked against the single-device layers: output, input gradient, every weight gradient.
-# 4. The communication, measured: the collectives your code calls and the bytes each rank
-#    sends, against the formulas; why a column-parallel layer is followed by a row-parallel
-#    one; the collectives of a transformer layer.
-# 5. Sequence parallelism: the all-reduce split into a reduce-scatter and an all-gather, and
-#    its own conjugate pair of autograd Functions.
+# 3. Why autograd cannot be left alone with a collective, and Megatron's operators *f* and
+#    *g* as `torch.autograd.Function`s.
+# 4. A tensor-parallel MLP and attention layer: which way to cut each weight, and where the
+#    communication goes, checked against the single-device layers: output, input gradient,
+#    every weight gradient.
+# 5. The communication, measured, and sequence parallelism.
 #
-# **How to use this notebook.** Code cells with `_____` are yours: replace each `_____` with
-# code (the comment after it, `# [n] ...`, is a hint for blank *n*). Run the cell, then run the
-# check cell below it: it prints a ✓ when your function works. The cell after that holds the
-# hidden tests that grade your work (press **Validate** in the toolbar to run them all). Run the
-# cells top to bottom; every other cell is locked.
+# **How to use this notebook.** As in 01 and 02: replace each `_____` with code (the comment
+# after it, `# [n] ...`, is a hint for blank *n*), run the cell, then the check below it, which
+# prints what your function did and a ✓ when it works. The cell after each check holds the
+# hidden tests (press **Validate** to run them all). Run the cells top to bottom; every other
+# cell is locked.
 
 # %%
+import warnings
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
-from distlab import RankError, require_filled, run
-from distlab.tensor_parallel import count_collectives, format_calls, show_comm_table, show_split
+from distlab import require_filled, run
+from distlab.tensor_parallel import count_collectives, format_calls, show_comm_table, \
+    show_matrices, show_split
 
 # %% [markdown]
 # ## 0. Who holds what
 #
-# Every function of this notebook runs on each of $N$ ranks and gets **only its own part** of
-# each split weight, as a real tensor-parallel rank would: the whole weight is never in its
-# memory. The helper below cuts a tensor into $N$ equal parts along one dimension and returns
-# rank $r$'s part (a view, so gradients flow through it); the checks use it to hand each rank
-# its shard. A dimension that does not divide is refused: `torch.chunk` would not refuse, it
-# returns *fewer* pieces than asked, so a rank would get nothing, or a collective would hang
-# on pieces of different sizes.
+# Every function of this notebook runs on each of $N$ ranks. In sections 1 to 3 a rank is
+# handed **only its own part** of each split weight, as a real tensor-parallel rank would be.
+# In sections 5 and 6 it is handed the whole weights, because *which* part it takes is the
+# exercise there; a real rank would load only that part, and the hidden tests check that each
+# rank reads and computes with no more than its own.
+#
+# The helper below cuts a tensor into $N$ equal parts along one dimension and returns rank
+# $r$'s part (a view, so gradients flow through it). A dimension that does not divide is
+# refused: `torch.chunk` would not refuse, it returns *fewer* pieces than asked, so a rank would
+# get nothing, or a collective would hang on pieces of different sizes.
 
 # %%
 def shard(t, rank, world_size, dim):
@@ -61,61 +63,70 @@ def shard(t, rank, world_size, dim):
 print([piece.tolist() for piece in torch.arange(6).chunk(4)], "<- torch.chunk(4) of 6 features")
 
 # %% [markdown]
-# ## 1. Column-parallel linear layer
+# **The collectives** of notebook 01, as `torch.distributed` calls them. Each is shown on a
+# small example of its own; every rank calls the same line.
+#
+# ```python
+# t = torch.tensor([1.0, 2.0]) * (rank + 1)      # rank r holds (r+1) * [1, 2]
+# dist.all_reduce(t, op=dist.ReduceOp.SUM)       # in place; op=SUM is the default
+# # now t == [3, 6] on both of 2 ranks
+#
+# box = [torch.empty(1, 3) for _ in range(world_size)]   # one slot per rank
+# dist.all_gather(box, torch.full((1, 3), float(rank)))  # fills box[q] with rank q's tensor
+# # now box == [[[0, 0, 0]], [[1, 1, 1]]] on both of 2 ranks; torch.cat(box, dim=0) stacks them
+# ```
+#
+# `torch.cat(tensors, dim=d)` joins tensors along dimension `d`; a negative `d` counts from the
+# end (`-1` is the last dimension, whatever the number of dimensions before it).
+# `F.linear(x, w, b)` is `x @ w.T + b`, as `nn.Linear` computes it (`b` may be left out).
+#
+# ## 1. A weight cut into bands of rows
 #
 # A linear layer computes $y = xW^\top + b$. Mind how PyTorch stores it: `nn.Linear(in, out)`
-# keeps `weight` as an **out × in** matrix, one row per output feature, and computes
-# `x @ weight.T + bias`. (Papers often write $Y = XA$ with $A$ in × out, the transpose, and
-# speak of its *columns*: those are the rows of `nn.Linear.weight`.)
+# keeps `weight` as an **out × in** matrix, one row per output feature. (Papers often write
+# $Y = XA$ with $A$ in × out, the transpose, and speak of its *columns*: those are the rows of
+# `nn.Linear.weight`. Megatron calls this cut **column-parallel**.)
 #
-# Output feature $j$ needs only row $j$ of the weight and entry $j$ of the bias. So split the
-# **output features** over the $N$ ranks: rank $r$ keeps $\frac{out}{N}$ consecutive rows of
-# the weight and the matching entries of the bias (its shard along dimension 0), and computes
-# its own columns of $y$ from the whole input $x$, with no communication at all. Whoever needs
-# the whole $y$ then collects every rank's columns.
-#
-# In the picture each colour is a rank; grey is held whole by every rank.
+# **The situation.** Rank $r$ holds $\frac{out}{N}$ consecutive rows of the weight and the
+# matching entries of the bias, and the whole input $x$ (the same on every rank). The picture
+# shows who holds what: each colour a rank, grey held whole by every rank. **At the end** every
+# rank must hold the whole output $y$, `(..., out)`. The input may have any number of leading
+# dimensions, as for `nn.Linear`: `(batch, in)` or `(batch, sequence, in)`.
 
 # %%
 show_split("column", world_size=4)
 
 # %% [markdown]
-# What you need:
-#
-# * `dist.all_gather(tensor_list, tensor)`: `tensor_list` is a list of `world_size` tensors
-#   shaped like `tensor`; afterwards `tensor_list[q]` holds rank $q$'s `tensor`, on every rank.
-# * `torch.cat(tensors, dim=d)` joins tensors along dimension `d`; a negative `d` counts from
-#   the end (`-1` is the last dimension, whatever the number of dimensions before it).
-#
-# The input may have any number of leading dimensions, as for `nn.Linear`: `(batch,
-# in_features)` or `(batch, sequence, in_features)`.
+# What rank $r$ can compute alone is given (`y_mine`); make every rank hold the whole `y`.
 
 # %% solution="column_parallel_forward" drill
 def column_parallel_forward(rank, world_size, x, w_shard, b_shard):
-    """nn.Linear's x @ weight.T + bias, with the output features split over the ranks.
+    """nn.Linear's x @ weight.T + bias, with the weight cut into bands of rows.
 
     x: (..., in_features), the same on every rank. w_shard: (out_features / N, in_features)
     and b_shard: (out_features / N,), this rank's rows of the weight and entries of the bias.
     Returns the whole output, (..., out_features), on every rank.
     """
-    y_shard = x @ w_shard.t() + b_shard  # BLANK this rank's columns of the output, without any communication # ACCEPT `x @ w_shard.t_() + b_shard` # REJECT `x @ w_shard + b_shard` # REJECT `x @ w_shard.t()` # ACCEPT `F.linear(x, w_shard, b_shard)`
-    pieces = [torch.empty_like(y_shard) for _ in range(world_size)]
-    dist.all_gather(pieces, y_shard)  # BLANK every rank's columns of the output, on every rank # SHAPE `the collective is the idea; its general form is the one API box of section 1` # REJECT `pass` # REJECT `dist.all_reduce(y_shard)` # ACCEPT `dist.all_gather(pieces, y_shard.contiguous())`
-    return torch.cat(pieces, dim=-1)  # BLANK the whole output: every rank's columns, in rank order # REJECT `torch.cat(pieces, dim=0)` # REJECT `torch.cat(pieces, dim=1)` # REJECT `y_shard` # ACCEPT `torch.cat(pieces, dim=x.dim() - 1)`
+    y_mine = F.linear(x, w_shard, b_shard)  # (..., out_features / N)
+    pieces = [torch.empty_like(y_mine) for _ in range(world_size)]; dist.all_gather(pieces, y_mine); y = torch.cat(pieces, dim=-1)  # BLANK `pieces = [torch.empty_like(y_mine) for _ in range(world_size)]; dist.all_gather(pieces, y_mine); y = torch.cat(pieces, dim=-1)` the whole output y, on every rank (a few statements) # ACCEPT `pieces = [torch.empty_like(y_mine) for _ in range(world_size)]; dist.all_gather(pieces, y_mine.contiguous()); y = torch.cat(pieces, dim=x.dim() - 1)` # REJECT `y = y_mine` `dist.all_reduce(y_mine); y = y_mine` `pieces = [torch.empty_like(y_mine) for _ in range(world_size)]; dist.all_gather(pieces, y_mine); y = torch.cat(pieces, dim=0)`
+    return y
 
 
 # %% [markdown]
-# The check: `nn.Linear(512, 256)`, a batch of 4, on 4 ranks, each given its shard; then a
-# 3-D input.
+# The check: `nn.Linear(512, 256)`, a batch of 4, on 4 ranks, each given its rows; then a
+# 3-D input. It prints the collectives your function called on rank 0 (`count_collectives`
+# from `distlab.tensor_parallel` records them; section 7 uses it again).
 
 # %%
 require_filled(column_parallel_forward)  # names any blank still empty
 
 
 def column_on_ranks(rank, world_size, x, weight, bias):
-    """What a rank of a column-parallel layer gets: x, and its rows of the weight and bias."""
-    return column_parallel_forward(rank, world_size, x, shard(weight, rank, world_size, dim=0),
-                                   shard(bias, rank, world_size, dim=0))
+    """What a rank gets: x, and its rows of the weight and bias."""
+    with count_collectives() as calls:
+        y = column_parallel_forward(rank, world_size, x, shard(weight, rank, world_size, dim=0),
+                                    shard(bias, rank, world_size, dim=0))
+    return y, calls
 
 
 torch.manual_seed(42)
@@ -124,137 +135,132 @@ x = torch.randn(4, 512)
 weight, bias = linear.weight.detach(), linear.bias.detach()
 expected = linear(x).detach()
 outputs = run(column_on_ranks, x, weight, bias, world_size=4)
-error = max((y - expected).abs().max().item() for y in outputs)
+print(format_calls(outputs[0][1]))
+assert all(y.shape == expected.shape for y, _ in outputs), \
+    f"rank 0 returned {tuple(outputs[0][0].shape)}, expected {tuple(expected.shape)} on every rank"
+error = max((y - expected).abs().max().item() for y, _ in outputs)
 print(f"4 ranks, largest difference from nn.Linear: {error:.2e}")
-assert all(y.shape == expected.shape for y in outputs), "every rank returns the whole output"
-assert error < 1e-5, "the column-parallel output differs from nn.Linear's"
-
+assert error < 1e-5, "the output differs from nn.Linear's"
 x3 = torch.randn(2, 3, 512)  # (batch, sequence, features)
-for y in run(column_on_ranks, x3, weight, bias, world_size=4):
+for y, _ in run(column_on_ranks, x3, weight, bias, world_size=4):
     assert torch.allclose(y, linear(x3), atol=1e-5), "a 3-D input: the output differs"
 print("✓ column_parallel_forward equals nn.Linear")
 
-# %% tests="column_parallel_forward_tests" points=3
-# Hidden tests (3 points): 1, 2 and 4 ranks, random shapes (2-D and 3-D inputs), float32 and
-# float64, each rank given only its shard, against nn.Linear's formula; and what each rank did:
-# one all-gather of the output, about 1/N of the layer's matmul FLOPs.
+# %% tests="column_parallel_forward_tests" points=1
+# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes (2-D and 3-D inputs), float32 and
+# float64, each rank given only its rows, against nn.Linear's formula; and what each rank did:
+# its collectives and bytes, and about 1/N of the layer's matmul FLOPs.
 ### BEGIN HIDDEN TESTS
 # Seed 000 exercise 3, changed here: its weight is in x out (`weight[:, start:end]`), here it
 # is nn.Linear's out x in; its hints gave each answer (`weight[:, start:end]`,
-# `bias[start:end]`, `x @ w_chunk + b_chunk`, `torch.cat, dim=-1`): the slicing is given (the
-# rank receives its shard), the rest rewritten as questions; its `assert d_out % num_gpus == 0`
-# is shard()'s ValueError; its loop over GPUs is real ranks.
+# `bias[start:end]`, `x @ w_chunk + b_chunk`, `torch.cat, dim=-1`): the slicing and the local
+# product are given (the rank receives its shard), the collective is the blank; its
+# `assert d_out % num_gpus == 0` is shard()'s ValueError; its loop over GPUs is real ranks.
 from autograder.grade_cell import grade
 grade(column_parallel_forward)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 2. Row-parallel linear layer
+# **Why.** Output feature $j$ needs only row $j$ of the weight and entry $j$ of the bias, so
+# rank $r$'s rows give it complete **columns** of $y$, with no communication; the ranks then
+# only have to put the columns side by side: an **all-gather** along the last dimension, in
+# rank order. A ring all-gather sends $\frac{N-1}{N}S$ per rank, $S$ the bytes of $y$.
 #
-# The dual cut: split the **input features**. Rank $r$ keeps $\frac{in}{N}$ consecutive
-# *columns* of the weight (out × in: its shard along dimension 1), and needs only the
-# matching features of the input. Writing $x_r$ and $W_r$ for those parts,
+# ## 2. A weight cut into bands of columns
 #
-# $$ y = xW^\top + b = \sum_{r=0}^{N-1} x_r W_r^\top + b. $$
-#
-# Every rank computes a full-size $x_r W_r^\top$, but it is only a **partial sum**: the ranks'
-# partial sums must be added, and every rank needs the result. Which collective of notebook 01
-# does that? The bias is not split: every rank holds it whole. Where is it added? A bias added
-# by every rank before the sum would be counted $N$ times.
+# **The situation.** The dual cut: rank $r$ holds $\frac{in}{N}$ consecutive *columns* of the
+# weight (its shard along dimension 1) and only the matching features $x_r$ of the input. The
+# bias is not split: every rank holds it whole. **At the end** every rank must hold the whole
+# $y = xW^\top + b$, and the bias must be in it exactly once.
 
 # %%
 show_split("row", world_size=4)
 
 # %% [markdown]
-# Here each rank receives its features of the input, $x_r$, and its columns of the weight
-# (section 3 and the MLP show where such a split input comes from).
+# Here each rank receives its features of the input (section 5 shows where such a split input
+# comes from). Write the whole body.
 
 # %% solution="row_parallel_forward" drill
 def row_parallel_forward(rank, world_size, x_shard, w_shard, bias):
-    """nn.Linear's x @ weight.T + bias, with the input features split over the ranks.
+    """nn.Linear's x @ weight.T + bias, with the weight cut into bands of columns.
 
     x_shard: (..., in_features / N), this rank's features of the input. w_shard:
     (out_features, in_features / N), this rank's columns of the weight. bias: (out_features,),
     whole. Returns the whole output, (..., out_features), on every rank.
     """
-    partial = x_shard @ w_shard.t()  # BLANK this rank's contribution to the output # ACCEPT `x_shard @ w_shard.t_()` # REJECT `x_shard @ w_shard.t() + bias` # REJECT `x_shard @ w_shard` # ACCEPT `F.linear(x_shard, w_shard)`
-    dist.all_reduce(partial, op=dist.ReduceOp.SUM)  # BLANK `dist.all_reduce(partial, op=dist.ReduceOp.SUM)` turn the contributions into the output, on every rank # REJECT `pass` # REJECT `dist.all_reduce(partial, op=dist.ReduceOp.MAX)` # ACCEPT `dist.all_reduce(partial)`
-    return partial + bias  # BLANK the output, with its bias # REJECT `partial` # REJECT `partial + bias * world_size` # ACCEPT `bias + partial`
+    partial = F.linear(x_shard, w_shard); dist.all_reduce(partial); y = partial + bias  # BLANK `partial = F.linear(x_shard, w_shard); dist.all_reduce(partial); y = partial + bias` the whole output y, with its bias, on every rank (a few statements) # ACCEPT `partial = x_shard @ w_shard.t(); dist.all_reduce(partial, op=dist.ReduceOp.SUM); y = bias + partial` # REJECT `partial = F.linear(x_shard, w_shard, bias); dist.all_reduce(partial); y = partial` `partial = F.linear(x_shard, w_shard); y = partial + bias` `partial = F.linear(x_shard, w_shard); dist.all_reduce(partial, op=dist.ReduceOp.MAX); y = partial + bias`
+    return y
 
 
 # %% [markdown]
-# The same check. With floats, the sum of four partial products is rounded differently from
-# one long dot product, so expect a difference of about $10^{-7}$ in float32, not 0. (Neither
-# layer is guaranteed to match `nn.Linear` to the last bit: even the column-parallel layer's
-# smaller matmul may be blocked and summed in another order by the CPU's matmul kernel.)
+# The same check.
 
 # %%
 require_filled(row_parallel_forward)  # names any blank still empty
 
 
 def row_on_ranks(rank, world_size, x, weight, bias):
-    """What a rank of a row-parallel layer gets: its features of x, its columns of the weight,
-    and the whole bias."""
-    return row_parallel_forward(rank, world_size, shard(x, rank, world_size, dim=-1),
-                                shard(weight, rank, world_size, 1), bias)
+    """What a rank gets: its features of x, its columns of the weight, and the whole bias."""
+    with count_collectives() as calls:
+        y = row_parallel_forward(rank, world_size, shard(x, rank, world_size, dim=-1),
+                                 shard(weight, rank, world_size, 1), bias)
+    return y, calls
 
 
 outputs = run(row_on_ranks, x, weight, bias, world_size=4)
-error = max((y - expected).abs().max().item() for y in outputs)
+print(format_calls(outputs[0][1]))
+error = max((y - expected).abs().max().item() for y, _ in outputs)
 print(f"4 ranks, largest difference from nn.Linear: {error:.2e}")
-assert error < 1e-5, "the row-parallel output differs from nn.Linear's"
-for y in run(row_on_ranks, x3, weight, bias, world_size=4):
+assert error < 1e-5, "the output differs from nn.Linear's"
+for y, _ in run(row_on_ranks, x3, weight, bias, world_size=4):
     assert torch.allclose(y, linear(x3), atol=1e-5), "a 3-D input: the output differs"
 print("✓ row_parallel_forward equals nn.Linear")
 
-# %% tests="row_parallel_forward_tests" points=3
-# Hidden tests (3 points): 1, 2 and 4 ranks, random shapes (2-D and 3-D inputs), float32 and
+# %% tests="row_parallel_forward_tests" points=1
+# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes (2-D and 3-D inputs), float32 and
 # float64, each rank given only its features and columns, against nn.Linear's formula; and
-# what each rank did: one all-reduce of the output, about 1/N of the matmul FLOPs.
+# what each rank did: its collectives and bytes, and about 1/N of the matmul FLOPs.
 ### BEGIN HIDDEN TESTS
 # Seed 000 exercise 4, changed here: weight in x out there, nn.Linear's out x in here; its
 # hints gave each answer (`weight[start:end, :]`, `x[:, start:end]`, `x_chunk @ w_chunk`,
-# the sum of the outputs): the slicing is given, the rest rewritten as questions; its sum over
-# a Python list is a real dist.all_reduce; its "max error 0.00e+00" is about 1e-7 in float32
-# (rounding). Seed 002's RowParallelLinear gives every rank's nn.Linear the bias, so the
-# all-reduce adds it N times: here it is added once, after the sum.
+# the sum of the outputs): the slicing is given, the body is one blank; its sum over a Python
+# list is a real dist.all_reduce; its "max error 0.00e+00" is not 0 in float32 (rounding: the
+# check above prints it). Seed 002's RowParallelLinear gives every rank's nn.Linear the bias,
+# so the all-reduce adds it N times: here it is added once, after the sum.
 from autograder.grade_cell import grade
 grade(row_parallel_forward)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **Why.** $y = xW^\top + b = \sum_{r=0}^{N-1} x_r W_r^\top + b$: every rank computes a
+# full-size $x_r W_r^\top$, but only a **partial sum**. An **all-reduce** adds the partial sums
+# and leaves the total on every rank ($2\frac{N-1}{N}S$ per rank in a ring); the bias goes in
+# after it, once: a bias added by every rank before the sum would be counted $N$ times (seed
+# code of this course makes that mistake).
+#
+# The difference the check printed is not 0 (3.6e-07 when this notebook was written, on a
+# CPU; your CPU's matmul kernel may print another value of that order): with floats, four
+# partial dot products of 128 terms, then their sum, round differently from one dot product of
+# 512 terms, and float32 keeps about 7 significant digits. The first layer printed 0.00e+00
+# there, but neither layer is guaranteed to match `nn.Linear` to the last bit: even its smaller
+# matmul may be blocked and summed in another order by the matmul kernel.
+
+# %% [markdown]
 # ## 3. The backward pass, by hand
 #
-# `dist.all_gather` and `dist.all_reduce` are not differentiable: autograd cannot see through
-# them. So first work out the gradients by hand. For $y = xW^\top + b$ and a loss $L$, with
-# $\bar y = \partial L / \partial y$ (shape batch × out):
+# Training needs the gradients too. For $y = xW^\top + b$ and a loss $L$, with
+# $\bar y = \partial L / \partial y$, a single device computes
+# $\partial L/\partial x = \bar y\, W$, $\partial L/\partial W = \bar y^\top x$ and
+# $\partial L/\partial b = \sum_{\text{batch}} \bar y$. Every rank runs the same loss on the
+# same (whole) $y$, so every rank holds the whole $\bar y$; below, each rank is handed the part
+# of $\bar y$ that its own output came from.
 #
-# $$ \frac{\partial L}{\partial x} = \bar y\, W, \qquad
-#    \frac{\partial L}{\partial W} = \bar y^\top x, \qquad
-#    \frac{\partial L}{\partial b} = \textstyle\sum_{\text{batch}} \bar y. $$
-#
-# Every rank runs the same loss on the same (whole) $y$, so every rank holds the whole
-# $\bar y$.
-#
-# **Column-parallel.** Rank $r$ produced only its columns $y_r = x W_r^\top + b_r$; the
-# all-gather merely copied them, so what flows back to rank $r$ is its columns $\bar y_r$ of
-# $\bar y$. Its weight and bias gradients, $\bar y_r^\top x$ and $\sum \bar y_r$, involve only
-# its own rows: **no communication**. But $x$ reached *every* output feature, through every
-# rank's rows, so $\partial L/\partial x = \sum_r \bar y_r W_r$: each rank holds one term, and
-# every rank needs the sum.
-#
-# **Row-parallel.** $y = \sum_r x_r W_r^\top + b$, so $\partial y / \partial (x_r W_r^\top)$ is
-# the identity: every rank's partial product receives the whole $\bar y$. Its weight gradient
-# $\bar y^\top x_r$ is again local. The input gradient of rank $r$'s features is
-# $\bar y\, W_r$, which is just the part of $\partial L/\partial x$ that belongs to rank $r$.
-# If the input arrived **already split** (rank $r$ only ever had $x_r$, from a column-parallel
-# layer before it), that part is all rank $r$ needs: **no communication**. If the input was
-# **whole** (each rank cut its features out of it), every rank needs all of
-# $\partial L/\partial x$: every rank's part, side by side.
-#
-# Write the gradients of the column-parallel layer. `grad_y_shard` is $\bar y_r$, this rank's
-# columns of $\bar y$; for the products, `a.t()` is the transpose of a matrix `a` (2-D inputs
-# here).
+# **The situation, rows cut (section 1).** Rank $r$ produced only its columns
+# $y_r = xW_r^\top + b_r$, so $\bar y_r$, its columns of $\bar y$, is what flows back to it.
+# What it can compute alone is given: the gradients of its rows of the weight and entries of
+# the bias, and $\bar y_r W_r$, its rows' share of the path from $x$ to the loss. **At the
+# end** every rank must hold $\partial L/\partial x$ **of the whole layer**: $x$ reached the
+# loss through every rank's rows. (2-D inputs here.)
 
 # %% solution="column_parallel_backward"
 def column_parallel_backward(rank, world_size, x, w_shard, grad_y_shard):
@@ -265,30 +271,25 @@ def column_parallel_backward(rank, world_size, x, w_shard, grad_y_shard):
     Returns (grad_x, grad_w, grad_b): dL/dx, whole, on every rank, and the gradients of this
     rank's rows of the weight and entries of the bias.
     """
-    grad_w = grad_y_shard.t() @ x  # BLANK the gradient of this rank's rows of the weight # REJECT `x.t() @ grad_y_shard` # REJECT `grad_y_shard @ x.t()` # ACCEPT `(x.t() @ grad_y_shard).t()`
+    grad_w = grad_y_shard.t() @ x
     grad_b = grad_y_shard.sum(dim=0)
-    grad_x = grad_y_shard @ w_shard  # BLANK this rank's term of dL/dx # REJECT `grad_y_shard @ w_shard.t()`
-    dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)  # BLANK `dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)` the whole dL/dx, on every rank # REJECT `pass` # REJECT `dist.all_reduce(grad_w)` # ACCEPT `dist.all_reduce(grad_x)`
+    grad_x = grad_y_shard @ w_shard  # through this rank's rows only: (batch, in_features)
+    dist.all_reduce(grad_x)  # BLANK dL/dx of the whole layer, on every rank # SHAPE `which collective is the idea; its call form is section 1's API box, and section 4's demo (after this check) calls it` # ACCEPT `dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)` # REJECT `pass` `dist.all_reduce(grad_w)` `dist.all_reduce(grad_x, op=dist.ReduceOp.AVG)`
     return grad_x, grad_w, grad_b
 
 
 # %% [markdown]
-# The check compares with autograd on one process. Then it does what Megatron-style code
-# sometimes gets wrong: all-reduce the weight gradients of the shards as well. That adds the
-# gradients of *different* rows together: every rank ends up with a wrong gradient for its own
-# rows. Shard weight gradients need no communication within tensor parallelism.
+# The check compares with autograd on one process, then prints what each rank holds.
 
 # %%
 require_filled(column_parallel_backward)  # names any blank still empty
 
 
-def grads_on_ranks(rank, world_size, x, weight, grad_y, also_all_reduce_grad_w):
-    grad_x, grad_w, grad_b = column_parallel_backward(
-        rank, world_size, x, shard(weight, rank, world_size, dim=0),
-        shard(grad_y, rank, world_size, 1))
-    if also_all_reduce_grad_w:  # the mistake
-        dist.all_reduce(grad_w)
-    return grad_x, grad_w, grad_b
+def grads_on_ranks(rank, world_size, x, weight, grad_y):
+    with count_collectives() as calls:
+        grads = column_parallel_backward(rank, world_size, x, shard(weight, rank, world_size, 0),
+                                         shard(grad_y, rank, world_size, 1))
+    return grads, calls
 
 
 torch.manual_seed(0)
@@ -296,36 +297,42 @@ x, grad_y = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 12, dtype=tor
 layer = nn.Linear(8, 12, dtype=torch.float64)
 x_leaf = x.clone().requires_grad_()
 layer(x_leaf).backward(grad_y)  # autograd, on one process
-weight = layer.weight.detach()
-for mistake in (False, True):
-    results = run(grads_on_ranks, x, weight, grad_y, mistake, world_size=2)
-    right = []
-    for rank, (grad_x, grad_w, grad_b) in enumerate(results):
-        assert torch.allclose(grad_x, x_leaf.grad), f"rank {rank}: dL/dx differs from autograd"
-        assert torch.allclose(grad_b, layer.bias.grad.chunk(2)[rank]), f"rank {rank}: dL/db"
-        right.append(torch.allclose(grad_w, layer.weight.grad.chunk(2)[rank]))
-    print(f"all-reduce the shard weight gradients too: {mistake!s:5}  "
-          f"-> weight gradients right on ranks {[r for r in range(2) if right[r]]}")
-    assert all(right) != mistake
-print("✓ column_parallel_backward equals autograd (and all-reducing grad_w would break it)")
+results = run(grads_on_ranks, x, layer.weight.detach(), grad_y, world_size=2)
+print(format_calls(results[0][1]))
+for rank, ((grad_x, grad_w, grad_b), _) in enumerate(results):
+    print(f"rank {rank}: dL/dx[0, :3] = {[round(v, 4) for v in grad_x[0, :3].tolist()]}, "
+          f"autograd's: {[round(v, 4) for v in x_leaf.grad[0, :3].tolist()]}")
+    assert torch.allclose(grad_x, x_leaf.grad), f"rank {rank}: dL/dx differs from autograd's"
+    assert torch.allclose(grad_w, layer.weight.grad.chunk(2)[rank]), f"rank {rank}: dL/dW_r"
+    assert torch.allclose(grad_b, layer.bias.grad.chunk(2)[rank]), f"rank {rank}: dL/db_r"
+print("✓ column_parallel_backward equals autograd")
 
-# %% tests="column_parallel_backward_tests" points=3
-# Hidden tests (3 points): 1, 2 and 4 ranks, random shapes, float32 and float64, each rank given
+# %% tests="column_parallel_backward_tests" points=1
+# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64, each rank given
 # its rows of the weight and columns of dL/dy, against autograd on one process; and what each
-# rank did: one all-reduce of dL/dx, about 1/N of the backward's matmul FLOPs.
+# rank did: its collectives and bytes, about 1/N of the backward's matmul FLOPs.
 ### BEGIN HIDDEN TESTS
 # Seed 002's ColumnParallelLinear.backward all-reduces the weight and bias gradients of the
-# shards: wrong (different rows' gradients get added), shown in the check above. Seed 003
-# section 8 first calls the input gradient's sum a ReduceScatter, then an AllReduce: it is an
-# AllReduce (every rank needs all of dL/dx).
+# shards: wrong (different rows' gradients get added). Seed 003 section 8 first calls the input
+# gradient's sum a ReduceScatter, then an AllReduce: it is an AllReduce (every rank needs all
+# of dL/dx).
 from autograder.grade_cell import grade
 grade(column_parallel_backward)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Now the row-parallel layer. `input_is_split` says whether the input arrived split (return
-# only this rank's columns of $\partial L/\partial x$) or whole (return all of it, on every
-# rank, built as in section 1).
+# **Why.** $x$ reached every output feature, through every rank's rows, so
+# $\partial L/\partial x = \sum_r \bar y_r W_r$: each rank holds one term, and every rank needs
+# the sum: an **all-reduce**. The weight and bias gradients of a rank's rows involve only its
+# own rows: they need **no communication**. (All-reducing them too, as seed code of this course
+# does, would add the gradients of *different* rows together.)
+#
+# **The situation, columns cut (section 2).** $y = \sum_r x_r W_r^\top + b$, and every rank
+# holds the whole $\bar y$. Given: the gradient of this rank's columns of the weight, the bias
+# gradient, and $\bar y W_r$, the gradient of this rank's features $x_r$. **At the end**: if the
+# input arrived **already split** (rank $r$ only ever had $x_r$, from an earlier layer),
+# return the gradient of $x_r$ alone; if it arrived **whole** (each rank cut its features out
+# of the same $x$), every rank must hold all of $\partial L/\partial x$, `(batch, in)`.
 
 # %% solution="row_parallel_backward"
 def row_parallel_backward(rank, world_size, x_shard, w_shard, grad_y, input_is_split):
@@ -334,18 +341,16 @@ def row_parallel_backward(rank, world_size, x_shard, w_shard, grad_y, input_is_s
     x_shard: (batch, in_features / N), this rank's features of the input; w_shard:
     (out_features, in_features / N), this rank's columns of the weight; grad_y: dL/dy,
     (batch, out_features), the same on every rank.
-    Returns (grad_x, grad_w, grad_b): dL/dx, only this rank's columns (batch, in_features / N)
+    Returns (grad_x, grad_w, grad_b): dL/dx, only this rank's features (batch, in_features / N)
     if input_is_split, else the whole (batch, in_features) on every rank; the gradient of this
     rank's columns of the weight; and the bias gradient (whole: the bias is not split).
     """
-    grad_w = grad_y.t() @ x_shard  # BLANK the gradient of this rank's columns of the weight # REJECT `x_shard.t() @ grad_y`
+    grad_w = grad_y.t() @ x_shard
     grad_b = grad_y.sum(dim=0)
-    grad_x_shard = grad_y @ w_shard  # BLANK dL/dx for this rank's input features # REJECT `grad_y @ w_shard.t()`
-    if input_is_split:
-        return grad_x_shard, grad_w, grad_b
-    pieces = [torch.empty_like(grad_x_shard) for _ in range(world_size)]
-    dist.all_gather(pieces, grad_x_shard)  # BLANK every rank's columns of dL/dx, on every rank # SHAPE `which collective a whole input needs is the idea; its call form is section 1's API box` # REJECT `pass` # REJECT `dist.all_reduce(grad_x_shard)` # ACCEPT `dist.all_gather(pieces, grad_x_shard.contiguous())`
-    return torch.cat(pieces, dim=-1), grad_w, grad_b
+    grad_x = grad_y @ w_shard  # the gradient of this rank's features: (batch, in_features / N)
+    if not input_is_split:
+        pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=-1)  # BLANK `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=-1)` all of dL/dx, (batch, in_features), on every rank # ACCEPT `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x.contiguous()); grad_x = torch.cat(pieces, dim=1)` # REJECT `pass` `dist.all_reduce(grad_x)` `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=0)`
+    return grad_x, grad_w, grad_b
 
 
 # %%
@@ -354,16 +359,22 @@ require_filled(row_parallel_backward)  # names any blank still empty
 
 def row_grads_on_ranks(rank, world_size, x, weight, grad_y):
     x_shard, w_shard = shard(x, rank, world_size, 1), shard(weight, rank, world_size, 1)
-    return [row_parallel_backward(rank, world_size, x_shard, w_shard, grad_y, split)
-            for split in (True, False)]
+    out = []
+    for split in (True, False):
+        with count_collectives() as calls:
+            grads = row_parallel_backward(rank, world_size, x_shard, w_shard, grad_y, split)
+        out.append((grads, calls))
+    return out
 
 
 layer = nn.Linear(12, 8, dtype=torch.float64)
 x = torch.randn(3, 12, dtype=torch.float64)
 x_leaf = x.clone().requires_grad_()
 layer(x_leaf).backward(grad_y[:, :8])
-for rank, (split, whole) in enumerate(
-        run(row_grads_on_ranks, x, layer.weight.detach(), grad_y[:, :8], world_size=2)):
+results = run(row_grads_on_ranks, x, layer.weight.detach(), grad_y[:, :8], world_size=2)
+for split, (_, calls) in zip(("split", "whole"), results[0], strict=True):
+    print(f"--- input {split}, rank 0\n{format_calls(calls)}")
+for rank, ((split, _), (whole, _)) in enumerate(results):
     assert torch.allclose(split[0], x_leaf.grad.chunk(2, dim=1)[rank]), "split input: dL/dx_r"
     assert torch.allclose(whole[0], x_leaf.grad), f"whole input: rank {rank}'s dL/dx"
     for grad_w, grad_b in (split[1:], whole[1:]):
@@ -371,39 +382,63 @@ for rank, (split, whole) in enumerate(
         assert torch.allclose(grad_b, layer.bias.grad), "dL/db"
 print("✓ row_parallel_backward equals autograd, for a split and for a whole input")
 
-# %% tests="row_parallel_backward_tests" points=3
-# Hidden tests (3 points): 1, 2 and 4 ranks, random shapes, float32 and float64, inputs split
+# %% tests="row_parallel_backward_tests" points=1
+# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64, inputs split
 # and whole, each rank given its features and columns, against autograd on one process; and
-# what each rank did: nothing for a split input, one all-gather of dL/dx for a whole one,
-# about 1/N of the backward's matmul FLOPs.
+# what each rank did: its collectives and bytes, about 1/N of the backward's matmul FLOPs.
 ### BEGIN HIDDEN TESTS
 # Seed 002's RowParallelLinear.backward all-reduces the shard weight gradients: wrong, as for
-# the column-parallel layer. Seed 003 section 9.3 returns per-device input gradients without
-# saying that a whole input needs them all-gathered (seed 002's formula says so).
+# the first layer. Seed 003 section 9.3 returns per-device input gradients without saying that
+# a whole input needs them all-gathered (seed 002's formula says so).
 from autograder.grade_cell import grade
 grade(row_parallel_backward)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 4. Megatron's f and g
+# **Why.** $\partial y/\partial(x_r W_r^\top)$ is the identity, so every rank's partial product
+# receives the whole $\bar y$, and $\bar y W_r$ is exactly the part of $\partial L/\partial x$
+# that belongs to rank $r$'s features. A split input needs nothing more; a whole one needs
+# every rank's part side by side: an **all-gather**, as in the forward pass of section 1. The
+# weight gradients are again local.
+
+# %% [markdown]
+# ## 4. Autograd and a collective
 #
-# Put a column-parallel layer first and a row-parallel layer second, and the activation
-# between them is *already split* the way the second layer wants it: no communication in the
-# middle. Only two places talk, and Megatron-LM names them:
+# Writing every backward by hand does not scale to a transformer: we want autograd to do it.
+# But can autograd differentiate through `dist.all_reduce`? Try it. On 2 ranks, rank $r$ holds
+# $x_r = r + 1$ and computes $y = \sum_q x_q$ with an all-reduce; then each rank uses $y$ in its
+# own way, $L_r = (r + 1)\,y$, and the training loss is $L = L_0 + L_1 = 3y$. Every $x_r$
+# reaches $L$ through $y$ with weight 3, so $\partial L/\partial x_r = 3$ on both ranks. What
+# does autograd say?
+
+# %%
+def autograd_through_all_reduce(rank, world_size):
+    x = torch.tensor([rank + 1.0], requires_grad=True)
+    y = x.clone()
+    dist.all_reduce(y)  # y = x_0 + x_1, on both ranks
+    with warnings.catch_warnings(record=True) as caught:  # kept, to print below
+        warnings.simplefilter("always")
+        ((rank + 1) * y).sum().backward()
+    return y.item(), x.grad.item(), [str(w.message).split(". ")[0] for w in caught]
+
+
+for rank, (y, grad, said) in enumerate(run(autograd_through_all_reduce, world_size=2)):
+    print(f"rank {rank}: y = {y:g}, autograd's dL/dx = {grad:g} (the loss's: 3); torch said: "
+          f"{said}")
+
+# %% [markdown]
+# On torch 2.13 autograd ran the all-reduce's backward as the **identity**: each rank got only
+# its own $L_r$'s share, 1 and 2 instead of 3. `torch.distributed`'s collectives have no
+# gradient formula; autograd lets the gradient through unchanged and says so only in a warning,
+# which a training script rarely shows. (An all-gather into a list is worse in another way: its
+# output does not require grad at all, so the graph is cut silently.) The gradients are wrong,
+# and nothing fails.
 #
-# * **f**, where the parallel region begins: the input $x$ is whole on every rank. Forward:
-#   nothing to do. Backward: every rank holds one term of $\partial L/\partial x$ (section 3):
-#   they must be summed.
-# * **g**, where the region ends: every rank holds a partial sum of the output. Forward: they
-#   must be summed. Backward: the whole $\bar y$ goes back to every rank's partial product
-#   unchanged.
-#
-# f and g are **conjugate**: each is the other with forward and backward swapped. As
-# `torch.autograd.Function`s, autograd calls them for you in both directions. Such a Function
-# has two static methods: `forward(ctx, inputs...)` returns the output, and `backward(ctx,
-# grad_output)` returns the gradient with respect to each input; `ctx` carries anything
-# the backward needs from the forward (`ctx.save_for_backward(t)`, then `ctx.saved_tensors`;
-# f and g need nothing). You call it as `Scale.apply(x)`:
+# Megatron-LM therefore puts every collective inside a `torch.autograd.Function`, which states
+# its backward explicitly. Such a Function has two static methods: `forward(ctx, inputs...)`
+# returns the output, and `backward(ctx, grad_output)` returns the gradient with respect to each
+# input (`ctx` carries what the backward needs from the forward; nothing here). You call it as
+# `Scale.apply(x)`:
 
 # %%
 class Scale(torch.autograd.Function):
@@ -430,41 +465,54 @@ Scale.apply(x).sum().backward()
 print("Scale: x.grad =", x.grad.tolist())
 
 # %% [markdown]
-# `megatron_f_g()` returns the two classes. (They are made by a function so that every
+# Megatron needs two such operators, for the two places where a tensor-parallel region meets
+# the rest of the model (a region is one or more split layers, as in sections 1 to 3):
+#
+# * **f**, where a region **begins**: its input $x$ is whole and the same on every rank, and
+#   every rank's split layers read all of it. Its forward passes $x$ on unchanged.
+# * **g**, where a region **ends**: every rank holds a partial sum of the output, and every
+#   rank's layers after it (the same on every rank, with the same loss) need the total. Its
+#   forward sums them.
+#
+# **At the end** the gradient each returns must be the gradient of the training loss (computed
+# once, by the same code on every rank) with respect to its input, on every rank. Write their
+# backward passes. (`megatron_f_g()` returns the two classes: made by a function, so that every
 # function below can get them with one call, on whatever rank it runs.)
 
 # %% solution="megatron_f_g" drill
 def megatron_f_g():
-    """(f, g): Megatron-LM's conjugate operators, as autograd Functions on the default group."""
+    """(f, g): Megatron-LM's operators, as autograd Functions on the default group."""
 
     class f(torch.autograd.Function):
         """Where a tensor-parallel region begins: x is whole on every rank."""
 
         @staticmethod
         def forward(ctx, x):
-            return x  # BLANK what f does in the forward pass # REJECT `all_reduce_sum(x)` # ACCEPT `x.clone()`
+            return x
 
         @staticmethod
         def backward(ctx, grad):
-            return all_reduce_sum(grad)  # BLANK what f does in the backward pass # REJECT `grad`
+            return all_reduce_sum(grad)  # BLANK the gradient of the loss with respect to x # ACCEPT `all_reduce_sum(grad.clone())` # REJECT `grad` `grad * dist.get_world_size()`
 
     class g(torch.autograd.Function):
         """Where a tensor-parallel region ends: every rank holds a partial sum."""
 
         @staticmethod
         def forward(ctx, partial):
-            return all_reduce_sum(partial)  # BLANK what g does in the forward pass # REJECT `partial`
+            return all_reduce_sum(partial)
 
         @staticmethod
         def backward(ctx, grad):
-            return grad  # BLANK what g does in the backward pass # REJECT `all_reduce_sum(grad)` # ACCEPT `grad.clone()`
+            return grad  # BLANK the gradient of the loss with respect to this rank's partial sum # ACCEPT `grad.clone()` # REJECT `all_reduce_sum(grad)` `grad / dist.get_world_size()`
 
     return f, g
 
 
 # %% [markdown]
-# The check: on 2 ranks, rank $r$ feeds $x_r = r + 1$ through f and through g, and backward a
-# gradient of $10(r + 1)$.
+# The check, on 2 ranks. **f**: $x = 1$ on both ranks; rank $r$'s region computes
+# $(r + 1)\,f(x)$ and the region ends in g, so the loss is $L = 1 \cdot x + 2 \cdot x$ and
+# $\partial L/\partial x = 3$. **g**: rank $r$ holds $p_r = r + 1$; after g every rank computes
+# the same loss $L = 10 \cdot g(p) = 10\,(p_0 + p_1)$, so $\partial L/\partial p_r = 10$.
 
 # %%
 require_filled(megatron_f_g)  # names any blank still empty
@@ -472,72 +520,83 @@ require_filled(megatron_f_g)  # names any blank still empty
 
 def try_f_g(rank, world_size):
     f, g = megatron_f_g()
-    seen = {}
-    for name, op in (("f", f), ("g", g)):
-        x = torch.full((2,), rank + 1.0, requires_grad=True)
-        y = op.apply(x)
-        y.backward(torch.full((2,), 10.0 * (rank + 1)))
-        seen[name] = (y[0].item(), x.grad[0].item())
-    return seen
+    x = torch.ones(2, requires_grad=True)
+    g.apply((rank + 1) * f.apply(x)).sum().backward()
+    p = torch.full((2,), rank + 1.0, requires_grad=True)
+    (10 * g.apply(p)).sum().backward()
+    return x.grad[0].item(), p.grad[0].item()
 
 
-for rank, seen in enumerate(run(try_f_g, world_size=2)):
-    print(f"rank {rank}: f forward {seen['f'][0]:g}, backward {seen['f'][1]:g} | "
-          f"g forward {seen['g'][0]:g}, backward {seen['g'][1]:g}")
-    assert seen["f"] == (rank + 1, 30.0), "f: identity forward, sum over the ranks backward"
-    assert seen["g"] == (3.0, 10.0 * (rank + 1)), "g: sum over the ranks forward, identity backward"
-print("✓ f and g are conjugate")
+for rank, (grad_x, grad_p) in enumerate(run(try_f_g, world_size=2)):
+    print(f"rank {rank}: dL/dx through f = {grad_x:g} (the loss's: 3), dL/dp through g = "
+          f"{grad_p:g} (the loss's: 10)")
+    assert grad_x == 3.0, f"rank {rank}: f's backward gave {grad_x:g}, the loss's gradient is 3"
+    assert grad_p == 10.0, f"rank {rank}: g's backward gave {grad_p:g}, the loss's is 10"
+print("✓ f and g give the gradients of the loss")
 
-# %% tests="megatron_f_g_tests" points=4
-# Hidden tests (4 points): 1, 2 and 4 ranks, random tensors and gradients, float32 and float64:
-# each direction of f and g against the sum over the ranks computed here.
+# %% tests="megatron_f_g_tests" points=2
+# Hidden tests (2 points): 1, 2 and 4 ranks, random tensors and gradients, float32 and float64:
+# each direction of f and g against values computed here, and what each rank did in each.
 ### BEGIN HIDDEN TESTS
 # Seed 002 gives the conjugate operators as hand-written forward/backward methods of
-# nn.Modules, which autograd never calls; here they are torch.autograd.Functions.
+# nn.Modules, which autograd never calls; here they are torch.autograd.Functions, and the
+# reason (autograd runs dist.all_reduce's backward as the identity, with a warning) is shown.
 from autograder.grade_cell import grade
 grade(megatron_f_g)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **Why.** f's forward hands one $x$ to every rank's branch, so the loss depends on $x$ through
+# every rank: its gradient is the **sum** of the ranks' gradients, an all-reduce in the
+# backward pass (section 3's first layer, now inside autograd). g's forward sums; each partial
+# sum enters the total with weight 1, and every rank already holds the same
+# $\partial L/\partial y$, so its backward is the **identity**: the all-reduce that autograd
+# got wrong in the first demo is right here, but only because g says so, for the situation where
+# it is used. f and g are **conjugate**: the forward of one is the backward of the other.
+#
 # ## 5. The tensor-parallel MLP
 #
-# A transformer's MLP is $y = \mathrm{GeLU}(x W_1^\top + b_1)\, W_2^\top + b_2$, with $h$
-# hidden units ($h = 4d$ usually). Split the hidden units: rank $r$ holds rows of $W_1$ (a
-# column-parallel layer), and the **same** hidden units' columns of $W_2$ (a row-parallel
-# layer). GeLU acts on each hidden unit alone, so it runs on the split activation as it is.
-# That is why GeLU goes between a column- and a row-parallel layer: a non-linearity of the
-# whole row (a softmax over the hidden units, say) would need the whole activation.
+# A transformer's MLP is $y = \mathrm{GeLU}(x W_1^\top + b_1)\, W_2^\top + b_2$, with $x$ of
+# width $d$, $h$ hidden units ($h = 4d$ usually), $W_1$ stored $h \times d$ and $W_2$ stored
+# $d \times h$, as `nn.Linear` stores them.
+#
+# **The situation.** $x$ is whole on every rank. You may cut each weight in bands of rows or of
+# columns, as in sections 1 and 2. **The budget**: each rank does $\frac{1}{N}$ of the
+# multiplications; the forward pass may communicate **once**, and so may the backward, and the
+# hidden activation ($b \times h$ numbers, four times the output) never crosses the wire; every
+# rank ends with the whole $y$, and gradients flow to every weight it used (autograd, through f
+# and g). One fact to plan with: GeLU is not linear.
 
 # %%
-show_split("mlp", world_size=4)
+a, b = torch.tensor(1.0), torch.tensor(-1.0)
+print(f"GeLU(a + b) = {F.gelu(a + b).item():.4f}, GeLU(a) + GeLU(b) = "
+      f"{(F.gelu(a) + F.gelu(b)).item():.4f}")
 
 # %% [markdown]
-# `F.linear(x, w, b)` is `x @ w.T + b`, and `F.gelu` the GeLU. The function gets the full
-# parameters here: which part of each a rank uses is the exercise. Use f and g where the
-# region begins and ends; autograd does the rest: it calls their backward in the backward
-# pass, and no gradient needs writing by hand.
+# The function gets the full parameters: which part of each a rank uses is the exercise (use
+# `shard`). Choose the cuts, then place f and g; autograd does the rest.
 
 # %% solution="tp_mlp"
 def tp_mlp(rank, world_size, x, w1, b1, w2, b2):
-    """GeLU(x @ w1.T + b1) @ w2.T + b2 with the hidden units split over the ranks.
+    """GeLU(x @ w1.T + b1) @ w2.T + b2, tensor-parallel over the ranks.
 
     x: (..., d); w1: (h, d), b1: (h,), w2: (d, h), b2: (d,): the full parameters (they may
-    require grad: gradients flow into this rank's parts of them). Returns the whole output,
+    require grad: gradients flow into the parts this rank uses). Returns the whole output,
     (..., d), on every rank.
     """
     f, g = megatron_f_g()
-    w1_shard = shard(w1, rank, world_size, dim=0)  # column-parallel: this rank's hidden units
-    b1_shard = shard(b1, rank, world_size, dim=0)
-    w2_shard = shard(w2, rank, world_size, dim=1)  # BLANK this rank's part of w2 (d x h): the one that reads its hidden units # ACCEPT `shard(w2, rank, world_size, dim=-1)` # REJECT `shard(w2, rank, world_size, dim=0)` # ACCEPT `w2.chunk(world_size, dim=1)[rank]`
-    hidden = F.gelu(F.linear(f.apply(x), w1_shard, b1_shard))  # BLANK this rank's hidden units, after GeLU (where does the parallel region begin?) # ACCEPT `F.gelu(f.apply(x) @ w1_shard.t() + b1_shard)` # REJECT `F.gelu(F.linear(x, w1_shard, b1_shard))` # REJECT `F.gelu(F.linear(g.apply(x), w1_shard, b1_shard))`
-    return g.apply(F.linear(hidden, w2_shard)) + b2  # BLANK the whole output, with its bias (where does the region end?) # ACCEPT `g.apply(hidden @ w2_shard.t()) + b2` # REJECT `F.linear(hidden, w2_shard) + b2` # REJECT `g.apply(F.linear(hidden, w2_shard, b2))`
+    w1_mine, b1_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0)  # BLANK this rank's part of the first layer # ACCEPT `w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank]` `shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=-1)` # REJECT `shard(w1, rank, world_size, dim=1), b1` `w1, b1`
+    w2_mine = shard(w2, rank, world_size, dim=1)  # BLANK this rank's part of the second layer # ACCEPT `shard(w2, rank, world_size, dim=-1)` `w2.chunk(world_size, dim=1)[rank]` # REJECT `shard(w2, rank, world_size, dim=0)` `w2`
+    hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine))  # BLANK this rank's hidden activation, after GeLU # ACCEPT `F.gelu(f.apply(x) @ w1_mine.t() + b1_mine)` # REJECT `F.gelu(F.linear(x, w1_mine, b1_mine))` `F.gelu(F.linear(g.apply(x), w1_mine, b1_mine))`
+    return g.apply(F.linear(hidden, w2_mine)) + b2  # BLANK the whole output, on every rank # ACCEPT `g.apply(hidden @ w2_mine.t()) + b2` # REJECT `F.linear(hidden, w2_mine) + b2` `g.apply(F.linear(hidden, w2_mine, b2))` `all_reduce_sum(F.linear(hidden, w2_mine)) + b2`
 
 
 # %% [markdown]
 # The check runs one forward and backward on 2 and on 4 ranks and compares with the
 # single-device MLP: the output and $\partial L/\partial x$ on every rank, and every weight
-# gradient. Each rank's gradient of $W_1$ is zero outside its own rows, so adding the ranks'
-# gradients must give the single-device gradient.
+# gradient (a rank's gradient is zero outside the part it used, so the ranks' gradients added
+# must give the single-device one; $b_2$'s is whole on every rank). It prints the collectives of
+# rank 0 and torch's warnings, if any.
 
 # %%
 require_filled(megatron_f_g)  # names any blank still empty
@@ -545,11 +604,15 @@ require_filled(tp_mlp)
 
 
 def mlp_step(rank, world_size, x, w1, b1, w2, b2, grad_y):
-    """tp_mlp forward and backward on this rank: the output, then every gradient it holds."""
+    """tp_mlp forward and backward on this rank: the output, every gradient it holds, the
+    collectives it called and the warnings torch gave."""
     leaves = [t.clone().requires_grad_() for t in (x, w1, b1, w2, b2)]
-    y = tp_mlp(rank, world_size, *leaves)
-    y.backward(grad_y)
-    return [y.detach()] + [leaf.grad for leaf in leaves]
+    with count_collectives() as calls, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = tp_mlp(rank, world_size, *leaves)
+        y.backward(grad_y)
+    said = [str(w.message).split(". ")[0] for w in caught]
+    return [y.detach()] + [leaf.grad for leaf in leaves], calls, said
 
 
 D, H = 16, 64
@@ -560,25 +623,28 @@ x_leaf = x.clone().requires_grad_()
 y = mlp(x_leaf)
 y.backward(grad_y)
 params = [p.detach() for p in mlp.parameters()]  # w1, b1, w2, b2
+names = ["W1", "b1", "W2", "b2"]
 for n in (2, 4):
     results = run(mlp_step, x, *params, grad_y, world_size=n)
-    for rank, (y_r, grad_x, *grads) in enumerate(results):
+    if n == 2:
+        print(format_calls(results[0][1]))
+    for rank, ((y_r, grad_x, *grads), _, said) in enumerate(results):
+        assert not said, f"{n} ranks, rank {rank}: torch warned: {said}"
         assert torch.allclose(y_r, y), f"{n} ranks: rank {rank}'s output"
         assert torch.allclose(grad_x, x_leaf.grad), f"{n} ranks: rank {rank}'s dL/dx"
-        own = grads[0].chunk(n, dim=0)[rank]
-        assert torch.allclose(own, mlp[0].weight.grad.chunk(n, dim=0)[rank]), "its rows of W1"
-    names = ["W1", "b1", "W2", "b2"]
     for k, param in enumerate(mlp.parameters()):
-        total = sum(result[2 + k] for result in results)
-        if names[k] == "b2":  # not split: every rank holds the whole gradient
+        total = sum(values[2 + k] for values, _, _ in results)
+        if names[k] == "b2":  # used whole: every rank holds the whole gradient
             total = total / n
         assert torch.allclose(total, param.grad), f"{n} ranks: the gradient of {names[k]}"
-    print(f"{n} ranks: output, dL/dx and every weight gradient equal the single-device MLP's")
+    print(f"{n} ranks: output, dL/dx and every weight gradient equal the single-device MLP's; "
+          "no warning")
 print("✓ tp_mlp is the MLP, forward and backward")
 
-# %% tests="tp_mlp_tests" points=3
-# Hidden tests (3 points): 1, 2 and 4 ranks, random shapes, float32 and float64: output, input
-# gradient and every weight gradient against autograd on one process (with a correct f and g).
+# %% tests="tp_mlp_tests" points=4
+# Hidden tests (4 points): 1, 2 and 4 ranks, random shapes, float32 and float64: output, input
+# gradient and every weight gradient against autograd on one process (with a correct f and g);
+# what each rank did, forward and backward: its collectives, its warnings, and its work.
 ### BEGIN HIDDEN TESTS
 # Seed 003 section 10's title asks for the AllReduce and ReduceScatter calls of the MLP: it
 # has none of the second kind (one all-reduce forward, one backward, as its own text says).
@@ -587,20 +653,41 @@ grade(tp_mlp)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **Why: Megatron's argument** (Shoeybi et al., 2019, §3). Cut $W_1$ by its columns (its
+# input features, as in section 2) and every rank holds a *partial sum* of $xW_1^\top$; since
+# $\mathrm{GeLU}(a + b) \ne \mathrm{GeLU}(a) + \mathrm{GeLU}(b)$, the partial sums would have to
+# be all-reduced **before** the GeLU, a $b \times h$ message, and then again after the second
+# layer. Cut $W_1$ by its **rows** (its hidden units, section 1: column-parallel) instead and
+# each rank holds complete hidden units; GeLU acts on each unit alone, so it runs on the split
+# activation as it is, with no communication. That activation is already split the way a
+# **row-parallel** $W_2$ (cut by its columns, the same hidden units) reads it (section 2), and
+# the second layer leaves partial sums: one all-reduce, **g**, at the end, with $b_2$ added
+# once after it; **f** at the start makes the backward pass sum the ranks' terms of
+# $\partial L/\partial x$ (section 3). The picture shows the result.
+
+# %%
+show_matrices([("x (batch x d)", 3, 4, None, "whole, every rank"),
+               ("W1 (h x d)", 8, 4, "rows", "bands of rows"),
+               ("GeLU(x W1ᵀ + b1)", 3, 8, "cols", "rank r: its hidden units"),
+               ("W2 (d x h)", 4, 8, "cols", "bands of columns"),
+               ("y", 3, 4, "partial", "partial sums, then g, + b2")],
+              world_size=4, title="the Megatron MLP on 4 ranks: the hidden units split",
+              description="Tensor-parallel MLP on 4 ranks: rank r owns a band of hidden units, "
+                          "which are rows of W1 (h x d) and the same-coloured columns of W2 "
+                          "(d x h); the hidden activation stays split through the GeLU, and "
+                          "only the output's partial sums are all-reduced, by g.")
+
+# %% [markdown]
 # ## 6. Attention with its heads split
 #
 # Multi-head attention runs $H$ heads side by side, and each head works alone: its queries,
-# keys and values are its own $d_h = d/H$ rows of $W_q$, $W_k$, $W_v$ (heads in order:
-# head $i$ owns rows $i\,d_h$ to $(i+1)\,d_h - 1$), and its output meets only its own $d_h$
-# columns of the output projection $W_o$. So give each rank whole heads: $H/N$ of them, $W_q$,
-# $W_k$, $W_v$ column-parallel and $W_o$ row-parallel, with f before and g after, as in the
-# MLP. The attention itself (the softmax over the sequence) runs on each rank for its heads,
-# with no communication.
-
-# %%
-show_split("attention", world_size=4, num_heads=8)
-
-# %% [markdown]
+# keys and values come from its own $d_h = d/H$ rows of $W_q$, $W_k$, $W_v$ (heads in order:
+# head $i$ owns rows $i\,d_h$ to $(i+1)\,d_h - 1$), and its output of width $d_h$ is placed at
+# the same positions of the attention output that the output projection $W_o$ ($d \times d$)
+# reads. **The situation**: $x$ whole on every rank; each rank must compute $H/N$ whole heads
+# (the softmax of a head needs all of its queries and keys), the same budget as the MLP: one
+# collective forward, one backward, $\frac{1}{N}$ of the work; the whole output on every rank.
+#
 # The plumbing, written for you: `split_heads` and `merge_heads` reshape between
 # `(batch, seq, heads * head_dim)` and `(batch, heads, seq, head_dim)`, `attend` is causal
 # attention for every head at once, and `attention` is the single-device layer.
@@ -644,11 +731,11 @@ def tp_attention(rank, world_size, x, wq, wk, wv, wo, bo, num_heads):
     f, g = megatron_f_g()
     head_dim = x.shape[-1] // num_heads
     local_heads = num_heads // world_size  # on this rank
-    rows = slice(rank * local_heads * head_dim, (rank + 1) * local_heads * head_dim)  # BLANK the rows of wq, wk and wv that compute this rank's heads # REJECT `slice(rank * local_heads, (rank + 1) * local_heads)` # REJECT `slice((rank + 1) * local_heads * head_dim, (rank + 2) * local_heads * head_dim)` # ACCEPT `slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size)`
+    rows = slice(rank * local_heads * head_dim, (rank + 1) * local_heads * head_dim)  # BLANK the rows of wq, wk and wv that compute this rank's heads # REJECT `slice(rank * local_heads, (rank + 1) * local_heads)` `slice((rank + 1) * local_heads * head_dim, (rank + 2) * local_heads * head_dim)` # ACCEPT `slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size)`
     xf = f.apply(x)
     q, k, v = (split_heads(F.linear(xf, w[rows]), local_heads) for w in (wq, wk, wv))
-    out = merge_heads(attend(q, k, v))
-    partial = F.linear(out, wo[:, rows])  # BLANK `wo[:, rows]` the part of the output projection that reads these heads # REJECT `wo[rows]` # REJECT `wo`
+    out = merge_heads(attend(q, k, v))  # (batch, seq, local_heads * head_dim)
+    partial = F.linear(out, wo[:, rows])  # BLANK `wo[:, rows]` the part of the output projection that this rank's heads meet # REJECT `wo[rows]` `wo`
     return g.apply(partial) + bo
 
 
@@ -688,7 +775,7 @@ print("✓ tp_attention is the attention layer, forward and backward")
 # %% tests="tp_attention_tests" points=2
 # Hidden tests (2 points): 1, 2 and 4 ranks, random shapes and head counts, float32 and
 # float64: output, input gradient and every weight gradient against autograd on one process
-# (with a correct f and g).
+# (with a correct f and g); what each rank did, and its work.
 ### BEGIN HIDDEN TESTS
 # Seed 003 section 11's sketch uses Q_weights_parts, K_weights_parts and V_weights_parts that
 # it never defines (it is given QKV_weights_parts); here the heads' rows are derived.
@@ -697,14 +784,33 @@ grade(tp_attention)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **Why.** A head is a band of rows of $W_q$, $W_k$ and $W_v$ (column-parallel, as $W_1$ was)
+# and the matching band of *columns* of $W_o$ (row-parallel, as $W_2$): the MLP's pattern, with
+# f before and g after, and the attention itself runs on each rank for its heads, with no
+# communication.
+
+# %%
+show_matrices([("x (batch x seq x d)", 3, 4, None, "whole, every rank"),
+               ("Wq, Wk, Wv (d x d)", 8, 8, "rows", "bands of rows",
+                ["heads 0-1", "heads 2-3", "heads 4-5", "heads 6-7"]),
+               ("Wo (d x d)", 8, 8, "cols", "bands of columns",
+                ["heads 0-1", "heads 2-3", "heads 4-5", "heads 6-7"]),
+               ("y", 3, 4, "partial", "partial sums, then g, + bo")],
+              world_size=4, title="attention on 4 ranks: 8 heads, 2 per rank",
+              description="Tensor-parallel attention with 8 heads on 4 ranks: each head is a "
+                          "band of rows of Wq, Wk and Wv and the matching band of columns of "
+                          "Wo; rank r holds 2 whole heads, computes their attention alone, and "
+                          "the output projection's partial sums are all-reduced, by g.")
+
+# %% [markdown]
 # ## 7. What it costs, measured
 #
-# `count_collectives()` (from `distlab.tensor_parallel`) records, on a rank, every collective
-# that the code inside it calls: its name, whether autograd's backward pass called it, the
-# size $S$ of the whole tensor it reduces or gathers, and the bytes one rank sends if the
-# collective runs as a ring (notebook 01): $2\frac{N-1}{N}S$ for an all-reduce,
-# $\frac{N-1}{N}S$ for an all-gather or a reduce-scatter. Here is one step of your MLP, with
-# a batch of $b$ rows of $d$ float32 numbers:
+# `count_collectives()` records, on a rank, every collective that the code inside it calls:
+# its name, whether autograd's backward pass called it, the size $S$ of the whole tensor it
+# reduces or gathers, and the bytes one rank sends if the collective runs as a ring (notebook
+# 01): $2\frac{N-1}{N}S$ for an all-reduce, $\frac{N-1}{N}S$ for an all-gather or a
+# reduce-scatter. Here is one step of your MLP, with a batch of $b$ rows of $d$ float32
+# numbers:
 
 # %%
 require_filled(tp_mlp)  # names any blank still empty
@@ -730,21 +836,26 @@ for n in (2, 4):
     print(f"formula: 2 all-reduces x 2(N-1)/N x {ROWS}x{D}x4 bytes = {formula:g} bytes ✓")
 
 # %% [markdown]
-# ### Why column then row?
+# ### Why not two column-parallel layers?
 #
-# The alternative is two column-parallel layers: the first one's output must then be
-# all-gathered, because the second needs its whole input, and the second's output too.
-# It is often said that this *doubles* the communication. Count it. Per rank, for a batch of $b$
-# rows, $s$ bytes per number, forward pass:
+# The alternative cuts both weights by rows (section 1 twice): the first layer's output must
+# then be all-gathered, because the second needs its whole input, and the second's output
+# too. It is often said that this *doubles* the communication. Count it. Per rank, for a batch
+# of $b$ rows, $s$ bytes per number, forward pass:
 #
 # * column + row: one all-reduce of $b \times d$: $\;2\frac{N-1}{N}\, b\,d\,s$;
 # * column + column: all-gathers of $b \times h$ and $b \times d$:
 #   $\;\frac{N-1}{N}\, b\,(h + d)\,s$.
 #
 # The ratio is $\frac{h + d}{2d}$: **2.5** for the usual $h = 4d$, 1 for $h = d$, so "double"
-# is right only for $h = 3d$. (Column + column also sends two messages instead of one, and in
-# the backward pass each column-parallel layer needs its own input-gradient all-reduce, one of
-# them $b \times h$.) Measured with your functions, forward only:
+# is right only for $h = 3d$. Column + column also sends two messages instead of one. In the
+# backward pass, column + row sends one all-reduce of $b \times d$ (f's); column + column needs
+# one per layer: the second layer's input was all-gathered, so the gradient of its input is a
+# sum over the ranks of which each rank needs only its own hidden units, a **reduce-scatter**
+# of $b \times h$ ($\frac{N-1}{N}\,b\,h\,s$, half the bytes an all-reduce of it would send), and
+# the first layer's input gradient an all-reduce of $b \times d$ ($2\frac{N-1}{N}\,b\,d\,s$):
+# $\frac{h + 2d}{2d} = 3$ times column + row's for $h = 4d$. Measured with your functions,
+# forward only:
 
 # %%
 require_filled(column_parallel_forward)  # names any blank still empty
@@ -781,13 +892,7 @@ print("✓ measured bytes equal the formulas; the ratio is (h + d) / 2d, not 2")
 # ### One transformer layer
 #
 # A layer is attention then the MLP, each with a residual and a layer norm (which every rank
-# computes whole, on the whole activation). Count its collectives in one training step, then
-# with **full activation recomputation**: the layer keeps only its input, and its forward pass
-# runs again during the backward pass, g and its all-reduces included (Megatron-LM's
-# `--recompute-granularity full`). With `torch.utils.checkpoint` that takes one more switch:
-# by default PyTorch stops the rerun as soon as it has recomputed every tensor the backward
-# needs (`set_checkpoint_early_stop`), and nothing after the MLP's g is needed, so that last
-# all-reduce is skipped. The table shows both.
+# computes whole, on the whole activation). Count its collectives in one training step:
 
 # %%
 require_filled(tp_attention)  # names any blank still empty
@@ -800,76 +905,65 @@ def tp_layer(rank, world_size, x, p):
                       p["b2"])
 
 
-def count_layer(rank, world_size, x, p, grad_y, recompute, early_stop):
+def count_layer(rank, world_size, x, p, grad_y):
     x = x.clone().requires_grad_()
     p = {name: t.clone().requires_grad_() for name, t in p.items()}
-    with count_collectives() as calls, set_checkpoint_early_stop(early_stop):
-        if recompute:
-            y = checkpoint(tp_layer, rank, world_size, x, p, use_reentrant=False)
-        else:
-            y = tp_layer(rank, world_size, x, p)
-        y.backward(grad_y)
+    with count_collectives() as calls:
+        tp_layer(rank, world_size, x, p).backward(grad_y)
     return calls
 
 
 p = dict(zip(["wq", "wk", "wv", "wo", "bo"], [w.float() for w in weights], strict=True))
 p.update(zip(["w1", "b1", "w2", "b2"], params32, strict=True))
 x_layer, grad_layer = torch.randn(B, L, D), torch.randn(B, L, D)
-rows = []
-for what, recompute, early_stop, expected in (
-        ("tensor parallel", False, False, (2, 2)),
-        ("+ full recomputation", True, False, (2, 4)),
-        ("+ checkpoint with early stop", True, True, (2, 3))):
-    calls = run(count_layer, x_layer, p, grad_layer, recompute, early_stop, world_size=2)[0]
-    forward = [c for c in calls if not c.backward]
-    backward = [c for c in calls if c.backward]
-    assert {c.name for c in calls} == {"all_reduce"}
-    assert all(c.shape == (B, L, D) for c in calls), "every all-reduce is batch x seq x d"
-    assert (len(forward), len(backward)) == expected, (what, len(forward), len(backward))
-    rerun = {2: "", 3: ", g (the MLP's g skipped)", 4: ", g, g (the rerun)"}[len(backward)]
-    rows.append((what, f"{len(forward)} all-reduce: g, g",
-                 f"{len(backward)} all-reduce: f, f{rerun}"))
-show_comm_table(rows, title=f"all-reduces per transformer layer, each of b x s x d = {B}x{L}x{D} "
-                            "numbers (measured, 2 ranks)")
-print("✓ 2 all-reduces forward, 2 backward, 2 more when the whole forward is recomputed")
+calls = run(count_layer, x_layer, p, grad_layer, world_size=2)[0]
+forward = [c for c in calls if not c.backward]
+backward = [c for c in calls if c.backward]
+assert {c.name for c in calls} == {"all_reduce"}
+assert all(c.shape == (B, L, D) for c in calls), "every all-reduce is batch x seq x d"
+assert (len(forward), len(backward)) == (2, 2), (len(forward), len(backward))
+show_comm_table([("tensor parallel", "2 all-reduce: g, g", "2 all-reduce: f, f")],
+                title=f"all-reduces per transformer layer, each of b x s x d = {B}x{L}x{D} "
+                      "numbers (measured, 2 ranks)")
+print("✓ 2 all-reduces forward, 2 backward")
 
 # %% [markdown]
 # Every one of these all-reduces is on the critical path: the next layer cannot start before
 # it ends. That is why tensor parallelism stays inside a node, on the fastest links (NVLink),
-# typically $N \le 8$, while data and pipeline parallelism cross nodes.
+# typically $N \le 8$, while data and pipeline parallelism cross nodes. (Notebook 05 adds
+# activation recomputation: a layer that recomputes its forward pass during the backward pass
+# runs its g all-reduces again, 2 more per layer.)
 #
 # ## 8. Sequence parallelism
 #
-# Look again at the layer: between the row-parallel layer of one block and the
-# column-parallel layer of the next, every rank computes the *same* residual add, dropout and
-# layer norm on the *whole* activation, and keeps the whole activation for the backward pass.
-# Megatron-LM's sequence parallelism (Korthikanti et al., 2022, "Reducing Activation
-# Recomputation in Large Transformer Models") splits that region along the **sequence**
-# instead: each rank handles $s/N$ positions, which layer norm and dropout allow, as they
-# treat each position alone.
+# Look again at the layer: between the MLP of one block and the attention of the next, every
+# rank computes the *same* residual add, dropout and layer norm on the *whole* activation, and
+# keeps the whole activation for the backward pass. Megatron-LM's sequence parallelism
+# (Korthikanti et al., 2022, "Reducing Activation Recomputation in Large Transformer Models")
+# splits that region along the **sequence** instead: each rank handles $s/N$ positions, which
+# layer norm and dropout allow, as they treat each position alone.
 #
-# The all-reduce of g becomes its two halves (notebook 01): a **reduce-scatter**, after which
-# rank $r$ holds its positions of the sum, then the norm region on those positions, then an
-# **all-gather** of every rank's positions before the next column-parallel layer. A ring
-# reduce-scatter and a ring all-gather each send $\frac{N-1}{N}S$ per rank: together exactly
-# the all-reduce's $2\frac{N-1}{N}S$. Same bytes, and the activations of the norm region are
-# $N$ times smaller.
+# **The situation.** Megatron orders activations as **(sequence, batch, d)**, so the sequence is
+# dimension 0. At the end of a block every rank holds a partial sum `t` over *every* position
+# (what g all-reduced). **In between**, rank $r$ must hold only its positions of the sum, rows
+# $r\frac{s}{N}$ to $(r+1)\frac{s}{N} - 1$ (where the layer norm would run); **at the end**
+# every rank must hold the whole sum again, for the next block. **The budget**: no more bytes
+# than g's one all-reduce. The single-tensor collectives split and join along dimension 0:
 #
-# Megatron orders activations as **(sequence, batch, d)**, so the sequence is dimension 0,
-# and the single-tensor collectives split and join along dimension 0:
-#
-# * `dist.reduce_scatter_single(output, input, op=dist.ReduceOp.SUM)`: `input` is the whole
-#   tensor on every rank; `output`, $\frac{1}{N}$ of its rows, receives on rank $r$ the sum
-#   over the ranks of rows $r\frac{s}{N}$ to $(r+1)\frac{s}{N} - 1$.
-# * `dist.all_gather_single(output, input)`: `output` receives every rank's `input` stacked
-#   along dimension 0, in rank order.
+# ```python
+# # on 2 ranks, rank r holds a = [[r, r], [r, r], [r, r], [r, r]] (4 x 2)
+# half = torch.empty(2, 2)
+# dist.reduce_scatter_single(half, a, op=dist.ReduceOp.SUM)   # rank r: rows 2r, 2r+1 of the sum
+# four = torch.empty(4, 2)
+# dist.all_gather_single(four, half)                          # every rank's `half`, stacked
+# ```
 #
 # (In torch 2.13 the older names `reduce_scatter_tensor` and `all_gather_into_tensor` warn
 # that they are deprecated; gloo runs both `_single` forms.)
 
 # %% solution="sp_all_reduce"
 def sp_all_reduce(rank, world_size, t):
-    """The sum of t over the ranks, as a reduce-scatter then an all-gather along dimension 0.
+    """The sum of t over the ranks, holding only this rank's rows of it in between.
 
     t: (seq, ...), seq a multiple of world_size. Returns (total, part): the sum, whole, on
     every rank; and this rank's rows of it, which it held in between (where the layer norm
@@ -879,9 +973,8 @@ def sp_all_reduce(rank, world_size, t):
         raise ValueError(f"{t.shape[0]} positions cannot be split evenly over {world_size} "
                          "ranks")
     part = t.new_zeros((t.shape[0] // world_size, *t.shape[1:]))
-    dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM)  # BLANK `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM)` this rank's positions of the sum # REJECT `dist.all_reduce(t)` # REJECT `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.MAX)` # ACCEPT `dist.reduce_scatter_single(part, t)`
     total = torch.empty_like(t)
-    dist.all_gather_single(total, part)  # BLANK every rank's positions, on every rank # REJECT `dist.all_reduce(part)` # REJECT `total.copy_(t)`
+    dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); dist.all_gather_single(total, part)  # BLANK `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); dist.all_gather_single(total, part)` this rank's rows of the sum into part, then the whole sum into total # ACCEPT `dist.reduce_scatter_single(part, t); dist.all_gather_single(total, part)` # REJECT `dist.all_reduce(t); part.copy_(t.chunk(world_size)[rank]); total.copy_(t)` `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); total.copy_(t)`
     return total, part
 
 
@@ -900,52 +993,58 @@ def sp_versus_all_reduce(rank, world_size, t):
         dist.all_reduce(expected)
     assert torch.allclose(total, expected), f"rank {rank}: the sum"
     assert torch.allclose(part, expected.chunk(world_size)[rank]), f"rank {rank}: its rows"
-    return sum(c.sent for c in split), sum(c.sent for c in whole), tuple(part.shape)
+    return split, sum(c.sent for c in whole), tuple(part.shape)
 
 
 t = torch.randn(8, B, D)  # (seq, batch, d)
 for n in (2, 4):
-    sent_split, sent_whole, part_shape = run(sp_versus_all_reduce, t, world_size=n)[0]
-    print(f"{n} ranks: reduce-scatter + all-gather send {sent_split:g} B, the all-reduce "
-          f"{sent_whole:g} B; in between each rank holds {part_shape} of {tuple(t.shape)}")
-    assert sent_split == sent_whole
-print("✓ sp_all_reduce is an all-reduce, with the same bytes, and 1/N of the rows in between")
+    split, sent_whole, part_shape = run(sp_versus_all_reduce, t, world_size=n)[0]
+    sent_split = sum(c.sent for c in split)
+    print(f"{n} ranks: {' + '.join(c.name for c in split)} send {sent_split:g} B, the "
+          f"all-reduce {sent_whole:g} B; in between each rank holds {part_shape} of "
+          f"{tuple(t.shape)}")
+    assert sent_split <= sent_whole, "more bytes than one all-reduce"
+print("✓ sp_all_reduce is an all-reduce, within its bytes, with 1/N of the rows in between")
 
-# %% tests="sp_all_reduce_tests" points=2
-# Hidden tests (2 points): 1, 2 and 4 ranks, random shapes, float32 and float64: the sum and
-# this rank's rows, against the sum computed here; a length the world size does not divide.
+# %% tests="sp_all_reduce_tests" points=1
+# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64: the sum and
+# this rank's rows, against the sum computed here; a length the world size does not divide;
+# what each rank called.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade
 grade(sp_all_reduce)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ### The sequence-parallel f and g
+# **Why.** An all-reduce *is* a reduce-scatter followed by an all-gather (notebook 01's ring
+# does exactly that): the first leaves rank $r$ its positions of the sum, the second stacks
+# every rank's positions. Each sends $\frac{N-1}{N}S$ per rank in a ring: together the
+# all-reduce's $2\frac{N-1}{N}S$. Same bytes, and the activations of the norm region are $N$
+# times smaller.
 #
-# In a sequence-parallel layer, the pair around each tensor-parallel block changes. Where the
-# block **begins**, each rank holds only its positions (after the sharded layer norm), but the
-# column-parallel layer needs every position. Where it **ends**, each rank holds a partial sum
-# over every position (after the row-parallel layer), and the sharded region that follows
-# wants only this rank's positions of the sum. Korthikanti et al. call the two operators
-# $g$ and $\bar g$; here they are `enter` and `leave`, conjugate as f and g were: each is the
-# other with forward and backward swapped. Their forward passes are written for you: what
-# does each send in the backward pass? Think of what the gradient of a copied tensor is, and
-# of a summed one (sections 3 and 4).
+# ### The sequence-parallel operators
 #
-# Two helpers, built from the collectives of `sp_all_reduce`:
-# `gather_rows(t)` returns every rank's `t`, stacked along dimension 0 in rank order;
-# `scatter_rows(t)` returns this rank's rows of the sum of every rank's `t`.
+# In a sequence-parallel layer, f and g change. Where a tensor-parallel block **begins**, each
+# rank holds only its positions (after the sharded layer norm), but the column-parallel layer
+# needs every position: `enter` gathers them. Where it **ends**, each rank holds a partial sum
+# over every position (after the row-parallel layer), and the sharded region that follows wants
+# only this rank's positions of the sum: `leave` reduce-scatters it (Korthikanti et al. call
+# the two $g$ and $\bar g$). Their forward passes are written for you, with two helpers made of
+# `sp_all_reduce`'s collectives: `gather_rows(t)` returns every rank's `t`, stacked along
+# dimension 0 in rank order; `scatter_rows(t)` returns this rank's rows of the sum of every
+# rank's `t`. **At the end** of each backward, the gradient it returns must be the gradient of
+# the loss (computed once, the same on every rank) with respect to its input, on this rank.
 
 # %%
 def gather_rows(t):
-    """Every rank's t, stacked along dimension 0 in rank order (an all-gather)."""
+    """Every rank's t, stacked along dimension 0 in rank order."""
     out = t.new_empty((dist.get_world_size() * t.shape[0], *t.shape[1:]))
     dist.all_gather_single(out, t.contiguous())
     return out
 
 
 def scatter_rows(t):
-    """This rank's rows of the sum over the ranks of t (a reduce-scatter)."""
+    """This rank's rows of the sum over the ranks of t."""
     out = t.new_empty((t.shape[0] // dist.get_world_size(), *t.shape[1:]))
     dist.reduce_scatter_single(out, t.contiguous(), op=dist.ReduceOp.SUM)
     return out
@@ -953,7 +1052,8 @@ def scatter_rows(t):
 
 # %% solution="sp_f_g"
 def sp_f_g():
-    """(enter, leave): the sequence-parallel pair, as autograd Functions on the default group."""
+    """(enter, leave): the sequence-parallel operators, as autograd Functions on the default
+    group."""
 
     class enter(torch.autograd.Function):
         """Where a tensor-parallel block begins: each rank holds its positions, (s / N, ...)."""
@@ -964,7 +1064,7 @@ def sp_f_g():
 
         @staticmethod
         def backward(ctx, grad):
-            return scatter_rows(grad)  # BLANK the gradient of this rank's positions, (s / N, ...) # REJECT `grad` # REJECT `all_reduce_sum(grad)` # ACCEPT `scatter_rows(grad.clone())`
+            return scatter_rows(grad)  # BLANK the gradient of the loss with respect to this rank's positions, (s / N, ...) # REJECT `grad` `all_reduce_sum(grad)` # ACCEPT `scatter_rows(grad.clone())`
 
     class leave(torch.autograd.Function):
         """Where it ends: each rank holds a partial sum over every position, (s, ...)."""
@@ -975,40 +1075,55 @@ def sp_f_g():
 
         @staticmethod
         def backward(ctx, grad):
-            return gather_rows(grad)  # BLANK the gradient of this rank's partial sum, (s, ...) # REJECT `grad` # REJECT `scatter_rows(grad)`
+            return gather_rows(grad)  # BLANK the gradient of the loss with respect to this rank's partial sum, (s, ...) # REJECT `grad` `scatter_rows(grad)`
 
     return enter, leave
 
 
 # %% [markdown]
-# The check: on 2 ranks, forward and backward through each, against the sums worked out here.
+# The check, on 2 ranks: rank $r$'s positions go through `enter`, each rank weighs the
+# gathered rows in its own way, and the block ends in `leave`; the loss is the same on every
+# rank. It compares every gradient with autograd on one process, where the ranks' computations
+# are written out side by side.
 
 # %%
 require_filled(sp_f_g)  # names any blank still empty
 
 
-def try_sp_f_g(rank, world_size):
+def try_sp_f_g(rank, world_size, parts, weights, grads):
     enter, leave = sp_f_g()
-    part = torch.full((1, 2), rank + 1.0, requires_grad=True)
-    y = enter.apply(part)
-    y.backward(torch.full((2, 2), 10.0 * (rank + 1)))
-    whole = torch.full((2, 2), rank + 1.0, requires_grad=True)
-    z = leave.apply(whole)
-    z.backward(torch.full((1, 2), 10.0 * (rank + 1)))
-    return y[:, 0].tolist(), part.grad[0, 0].item(), z[0, 0].item(), whole.grad[:, 0].tolist()
+    part = parts[rank].clone().requires_grad_()
+    out = leave.apply(enter.apply(part) * weights[rank])  # (s / N, ...)
+    out.backward(grads[rank])
+    return part.grad
 
 
-for rank, (y, grad_part, z, grad_whole) in enumerate(run(try_sp_f_g, world_size=2)):
-    print(f"rank {rank}: enter forward {y}, backward {grad_part:g} | "
-          f"leave forward {z:g}, backward {grad_whole}")
-    assert y == [1.0, 2.0] and grad_part == 30.0, "enter: its positions, then the summed gradient"
-    assert z == 3.0 and grad_whole == [10.0, 20.0], "leave: the summed positions, then every rank's"
-print("✓ enter and leave are conjugate")
+def sp_single_device(parts, weights, grads):
+    """The same computation on one process: the block's output is the sum of every rank's
+    weighted rows; rank r's positions of it meet the loss through grads[r]."""
+    leaves = [t.clone().requires_grad_() for t in parts]
+    gathered = torch.cat(leaves)
+    total = sum(gathered * w for w in weights)
+    (total * torch.cat(grads)).sum().backward()
+    return [t.grad for t in leaves]
+
+
+torch.manual_seed(3)
+parts = [torch.randn(2, 3, dtype=torch.float64) for _ in range(2)]
+sp_weights = [torch.randn(4, 3, dtype=torch.float64) for _ in range(2)]
+sp_grads = [torch.randn(2, 3, dtype=torch.float64) for _ in range(2)]
+want = sp_single_device(parts, sp_weights, sp_grads)
+for rank, got in enumerate(run(try_sp_f_g, parts, sp_weights, sp_grads, world_size=2)):
+    print(f"rank {rank}: gradient of its positions, row 0: "
+          f"{[round(v, 4) for v in got[0].tolist()]}, one process: "
+          f"{[round(v, 4) for v in want[rank][0].tolist()]}")
+    assert torch.allclose(got, want[rank]), f"rank {rank}: the gradient of its positions"
+print("✓ enter and leave give the gradients of the loss")
 
 # %% tests="sp_f_g_tests" points=2
 # Hidden tests (2 points): 1, 2 and 4 ranks, random shapes, float32 and float64: each
-# direction of enter and leave against the values computed here; and what each rank did: one
-# all-gather or one reduce-scatter per direction, no all-reduce.
+# direction of enter and leave against the values computed here, and what each rank did in
+# each.
 ### BEGIN HIDDEN TESTS
 # The seeds only describe this pair in words; it is an exercise here (issue 23).
 from autograder.grade_cell import grade
@@ -1016,11 +1131,17 @@ grade(sp_f_g)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **Why.** `enter` hands this rank's positions to every rank's branch, so their gradient is the
+# sum of every rank's gradient for those positions: a **reduce-scatter** (each rank gets its own
+# positions of the sum). `leave` takes each rank's partial sum into every rank's positions of
+# the total with weight 1, so the gradient of a partial sum is every rank's gradient for its
+# own positions, side by side: an **all-gather**. The backward of each is the forward of the
+# other, as for f and g; in the backward pass the two again send the bytes of one all-reduce.
+#
 # The pair around the MLP block of a sequence-parallel layer: its input arrives as this rank's
 # positions; layer norm on those; `enter`; the column-parallel layer, GeLU, the row-parallel
 # layer; `leave`; this rank's positions of the output. It equals the tensor-parallel block on
-# the same positions and sends the same bytes (forward only here; in the backward pass the two
-# swap, again the bytes of one all-reduce).
+# the same positions and sends the same bytes (forward only here).
 
 # %%
 require_filled(tp_mlp)  # names any blank still empty
@@ -1033,9 +1154,10 @@ def sp_mlp_block(rank, world_size, x, w1, b1, w2, b2):
     x_mine = shard(x, rank, world_size, dim=0)  # (seq / N, batch, d): all this rank gets
     with torch.no_grad(), count_collectives() as calls:
         normed = F.layer_norm(x_mine, (D,))  # on seq / N positions only
-        hidden = F.gelu(F.linear(enter.apply(normed), shard(w1, rank, world_size, dim=0),
-                                 shard(b1, rank, world_size, dim=0)))
-        out = leave.apply(F.linear(hidden, shard(w2, rank, world_size, dim=1)))
+        w1_mine, b1_mine = w1.tensor_split(world_size)[rank], b1.tensor_split(world_size)[rank]
+        every_position = enter.apply(normed)  # (seq, batch, d)
+        hidden = F.gelu(F.linear(every_position, w1_mine, b1_mine))  # section 5's cuts
+        out = leave.apply(F.linear(hidden, w2.tensor_split(world_size, dim=1)[rank]))
     return out + b2, calls
 
 
@@ -1060,18 +1182,22 @@ print("✓ the sequence-parallel block equals the tensor-parallel one, for the s
 # %% [markdown]
 # ## Wrap-up
 #
-# * Column-parallel: split the output features (rows of `nn.Linear.weight`, and the bias);
-#   no communication forward; the input gradient needs an all-reduce.
-# * Row-parallel: split the input features (columns of the weight); the partial sums need an
+# * Weight cut by rows (column-parallel): split the output features (and the bias); each rank
+#   computes its columns of the output alone; whoever needs the whole output all-gathers it;
+#   the input gradient needs an all-reduce.
+# * Weight cut by columns (row-parallel): split the input features; the partial sums need an
 #   all-reduce forward, and the bias is added once, after it; no communication backward when
-#   the input arrived split.
+#   the input arrived split, an all-gather of the input gradient when it was whole.
 # * The weight gradients of the shards never need communication within tensor parallelism.
-# * f (identity / all-reduce) and g (all-reduce / identity) around a column-then-row pair:
-#   one all-reduce forward and one backward per MLP and per attention block; 2 + 2 per layer,
-#   2 more with full recomputation. Two column-parallel layers would send $\frac{h+d}{2d}$
-#   times as many bytes (2.5 for $h = 4d$).
+# * Autograd runs `dist.all_reduce`'s backward as the identity, with only a warning: every
+#   collective goes inside an autograd Function that states its backward. Megatron's f
+#   (identity / all-reduce) and g (all-reduce / identity) around a column-then-row pair: the
+#   first cut keeps whole hidden units, so the non-linearity needs no communication; one
+#   all-reduce forward and one backward per MLP and per attention block, 2 + 2 per layer. Two
+#   column-parallel layers would send $\frac{h+d}{2d}$ times as many bytes forward (2.5 for
+#   $h = 4d$).
 # * Sequence parallelism: the same bytes as reduce-scatter + all-gather, with the norm region
-#   sharded along the sequence; its pair gathers forward and reduce-scatters backward where a
+#   sharded along the sequence; its operators gather forward and reduce-scatter backward where a
 #   block begins, and the reverse where it ends.
 #
 # **Next.** Notebook 05 cuts the model the other way, into consecutive stages: pipeline

@@ -1,7 +1,8 @@
 """Pictures and a byte counter for notebook 04 (tensor parallelism).
 
     show_split("column", world_size=4)   # nn.Linear's weight (out x in) cut: a colour per rank
-    show_split("row")                    # also "mlp", and "attention" (num_heads=...)
+    show_split("row")                    # who holds what, before the ranks do anything
+    show_matrices([(name, rows, cols, split, caption), ...], world_size, title, description)
 
     with count_collectives() as calls:   # on a rank: every collective the code inside calls
         y = layer(x)
@@ -10,7 +11,8 @@
 
     show_comm_table(rows)                # a table of collectives per layer, as a figure
 
-Nothing here computes a parallel layer: the notebook's exercises do that.
+Nothing here computes a parallel layer or says what the ranks must do: the notebook's
+exercises do that, and its cells after each check draw the answer with show_matrices.
 """
 
 from __future__ import annotations
@@ -143,64 +145,44 @@ def _matrix(ax, left, rows, cols, name, split, n, caption="", labels=None):
     return left + cols
 
 
-def _layout(kind: str, n: int, num_heads: int):
-    """(matrices, title, description): each matrix (name, rows, cols, split, caption[, labels])."""
+def _layout(kind: str, n: int):
+    """(matrices, title, description) of a linear layer's situation: who holds what, never
+    what the ranks then do. Each matrix: (name, rows, cols, split, caption)."""
     if kind == "column":
         return ([("x (batch x in)", 3, 6, None, "whole on every rank"),
                  ("W (out x in)", 8, 6, "rows", "rank r: out/N rows"),
-                 ("y = x Wᵀ + b", 3, 8, "cols", "rank r: its columns\nall-gather: whole y")],
-                f"column-parallel: the output features split over {n} ranks",
-                f"Column-parallel linear layer on {n} ranks: the input x is whole on every rank; "
-                "nn.Linear's weight, stored out x in, is cut into bands of rows, one per rank "
-                "(the bias likewise); rank r computes its own columns of y, and an all-gather "
-                "puts the columns side by side.")
+                 ("y = x Wᵀ + b", 3, 8, None, "needed whole\non every rank")],
+                f"a linear layer's weight cut into bands of rows, over {n} ranks",
+                f"Linear layer on {n} ranks: the input x is whole on every rank; nn.Linear's "
+                "weight, stored out x in, is cut into bands of rows, one per rank (the bias "
+                "likewise); every rank needs the whole output y.")
     if kind == "row":
         return ([("x (batch x in)", 3, 8, "cols", "rank r: its columns"),
                  ("W (out x in)", 6, 8, "cols", "rank r: in/N columns"),
-                 ("y = Σ_r x_r W_rᵀ", 3, 6, "partial", "a partial sum on every rank\n"
-                  "all-reduce, then + b once")],
-                f"row-parallel: the input features split over {n} ranks",
-                f"Row-parallel linear layer on {n} ranks: the input features are split, so rank "
-                "r holds a band of columns of x and of nn.Linear's weight (out x in); each rank "
-                "computes a full-size partial sum of y, an all-reduce adds them up, and the "
-                "bias is added once, after the sum.")
-    if kind == "mlp":
-        return ([("x (batch x d)", 3, 4, None, "whole: f"),
-                 ("W1 (h x d)", 8, 4, "rows", "column-parallel"),
-                 ("GeLU(x W1ᵀ + b1)", 3, 8, "cols", "rank r: its hidden units"),
-                 ("W2 (d x h)", 4, 8, "cols", "row-parallel"),
-                 ("y", 3, 4, "partial", "partial sums: g\n(all-reduce), + b2")],
-                f"the Megatron MLP on {n} ranks: the hidden units split",
-                f"Tensor-parallel MLP on {n} ranks: rank r owns a band of hidden units, which "
-                "are rows of W1 (h x d) and the same-coloured columns of W2 (d x h); the hidden "
-                "activation stays split through the GeLU, and only the output's partial sums "
-                "are all-reduced.")
-    if kind == "attention":
-        per = num_heads // n
-        heads = [f"heads {r * per}-{(r + 1) * per - 1}" if per > 1 else f"head {r}"
-                 for r in range(n)]
-        return ([("x (batch x seq x d)", 3, 4, None, "whole: f"),
-                 ("Wq, Wk, Wv (d x d)", 8, 8, "rows", "column-parallel", heads),
-                 ("Wo (d x d)", 8, 8, "cols", "row-parallel", heads),
-                 ("y", 3, 4, "partial", "partial sums: g\n(all-reduce), + bo")],
-                f"attention on {n} ranks: {num_heads} heads, {per} per rank",
-                f"Tensor-parallel attention with {num_heads} heads on {n} ranks: each head is "
-                "a band of rows of Wq, Wk and Wv and the matching band of columns of Wo; rank r "
-                f"holds {per} whole heads, computes their attention alone, and the output "
-                "projection's partial sums are all-reduced.")
-    raise ValueError(f"kind must be 'column', 'row', 'mlp' or 'attention', not {kind!r}")
+                 ("y = x Wᵀ + b", 3, 6, None, "needed whole\non every rank")],
+                f"a linear layer's weight cut into bands of columns, over {n} ranks",
+                f"Linear layer on {n} ranks: the input features are split, so rank r holds a "
+                "band of columns of x and of nn.Linear's weight (out x in); the bias is whole "
+                "on every rank; every rank needs the whole output y.")
+    raise ValueError(f"kind must be 'column' or 'row', not {kind!r}")
 
 
-def show_split(kind: str = "column", world_size: int = 4, num_heads: int = 8):
-    """Which part of each weight every rank holds, for a "column" or "row" parallel linear
-    layer, the "mlp" or "attention" (num_heads, a multiple of world_size)."""
+def show_split(kind: str = "column", world_size: int = 4):
+    """Who holds which part of a linear layer's weight: "column" (bands of rows of
+    nn.Linear.weight) or "row" (bands of columns)."""
+    matrices, title, description = _layout(kind, world_size)
+    show_matrices(matrices, world_size, title, description)
+
+
+def show_matrices(matrices, world_size: int = 4, title: str = "", description: str = ""):
+    """Draw matrices side by side. Each is (name, rows, cols, split, caption[, labels]):
+    split "rows" or "cols" (band r is rank r's, labelled by labels[r] if given), "partial"
+    (every rank holds a partial sum) or None (whole, replicated); description is the figure's
+    text for screen readers."""
     import matplotlib.pyplot as plt
 
     from distlab.collectives import _show
 
-    if kind == "attention" and num_heads % world_size:
-        raise ValueError(f"{num_heads} heads cannot be split over {world_size} ranks")
-    matrices, title, description = _layout(kind, world_size, num_heads)
     fig, ax = plt.subplots(figsize=(2 + 1.6 * len(matrices), 3.2))
     left = 0.0
     for name, rows, cols, split, caption, *labels in matrices:
@@ -208,7 +190,7 @@ def show_split(kind: str = "column", world_size: int = 4, num_heads: int = 8):
                        labels[0] if labels else None) + 3
     ax.set(xlim=(-1, left - 2), ylim=(-11, 2.5), aspect="equal", title=title)
     ax.axis("off")
-    _show(fig, description)
+    _show(fig, description or title)
 
 
 def show_comm_table(rows, title: str = "collectives per transformer layer"):

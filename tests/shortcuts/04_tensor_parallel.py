@@ -1,8 +1,10 @@
 """Shortcuts of notebook 04 (tensor parallelism): blank fills that earn the values without the
 idea (the whole weight gathered and the whole matmul done on every rank, the wrong collective
 with zero padding, an all-gather and a local sum in place of an all-reduce, an all-reduce and a
-slice in place of a reduce-scatter), and correct answers written otherwise. Each rank receives
-only its own shard of the linear layers' weights, so "use the full weight" must gather it."""
+slice in place of a reduce-scatter, an in-place all-reduce where g belongs, the whole first
+layer as a broadcast multiply-and-sum), and correct answers written otherwise. Each rank
+receives only its own shard of the linear layers' weights, so "use the full weight" must gather
+it."""
 
 from shortcuts import Shortcut
 
@@ -20,54 +22,65 @@ def _summed_by_gather(t: str) -> str:
             f"([torch.empty_like({t}) for _ in range(dist.get_world_size())])")
 
 
-PADDED = ("torch.cat([x @ w_shard.t() + b_shard if q == rank else "
-          "torch.zeros(*x.shape[:-1], w_shard.shape[0], dtype=x.dtype) "
-          "for q in range(world_size)], dim=-1)")
+def _padded(t: str) -> str:
+    """Every rank's t at its own place along the last dimension, zeros elsewhere."""
+    return (f"torch.cat([{t} if q == rank else torch.zeros_like({t}) "
+            "for q in range(world_size)], dim=-1)")
+
+
+BROADCAST_FIRST_LAYER = ("F.gelu(((f.apply(x)[..., None, :] * w1).sum(-1) + b1)"
+                         ".chunk(world_size, dim=-1)[rank])")
 
 SHORTCUTS = [
-    # column-parallel forward
+    # the weight cut by rows
     Shortcut("column_parallel_forward",
-             {1: f"F.linear(x, {_gathered('w_shard')}, {_gathered('b_shard')})", 2: "pass",
-              3: "y_shard"},
+             {1: f"y = F.linear(x, {_gathered('w_shard')}, {_gathered('b_shard')})"},
              "gather the whole weight, every rank does the whole matmul", "all_gather"),
-    Shortcut("column_parallel_forward", {1: PADDED, 2: "dist.all_reduce(y_shard)", 3: "y_shard"},
+    Shortcut("column_parallel_forward", {1: f"y = {_padded('y_mine')}; dist.all_reduce(y)"},
              "zero-padded columns all-reduced", "all_gather"),
-    # row-parallel forward
+    # the weight cut by columns
     Shortcut("row_parallel_forward",
-             {1: f"F.linear({_gathered('x_shard', -1)}, {_gathered('w_shard', 1)})", 2: "pass"},
+             {1: f"y = F.linear({_gathered('x_shard', -1)}, {_gathered('w_shard', 1)}, bias)"},
              "all-gather the weight and the input, whole matmul, no all-reduce", "all_reduce"),
-    Shortcut("row_parallel_forward", {2: _summed_by_gather("partial")},
+    Shortcut("row_parallel_forward",
+             {1: f"partial = F.linear(x_shard, w_shard); {_summed_by_gather('partial')}; "
+                 "y = partial + bias"},
              "the partial sums all-gathered and added locally", "all_reduce"),
-    # column-parallel backward
+    # their backward
     Shortcut("column_parallel_backward",
-             {2: f"{_gathered('grad_y_shard', 1)} @ {_gathered('w_shard')}",
-              3: "dist.all_reduce(torch.zeros(1, dtype=grad_x.dtype))"},
-             "the whole weight gathered, a no-op all-reduce", "all_reduce"),
-    Shortcut("column_parallel_backward", {3: _summed_by_gather("grad_x")},
+             {1: f"grad_x.copy_({_gathered('grad_y_shard', 1)} @ {_gathered('w_shard')})"},
+             "the whole weight and dL/dy gathered, dL/dx recomputed whole", "all_reduce"),
+    Shortcut("column_parallel_backward", {1: _summed_by_gather("grad_x")},
              "the terms of dL/dx all-gathered and added locally", "all_reduce"),
-    # row-parallel backward
-    Shortcut("row_parallel_backward",
-             {2: f"(grad_y @ {_gathered('w_shard', 1)})"
-                 f".chunk(world_size, dim=-1)[rank].contiguous()"},
+    Shortcut("row_parallel_backward", {1: f"grad_x = grad_y @ {_gathered('w_shard', 1)}"},
              "the whole weight gathered for dL/dx", "all_gather"),
     Shortcut("row_parallel_backward",
-             {3: "[p.copy_(q) for p, q in zip(pieces, (lambda z: (dist.all_reduce(z), "
-                 "z.chunk(world_size, dim=-1))[1])(torch.cat([grad_x_shard if k == rank else "
-                 "torch.zeros_like(grad_x_shard) for k in range(world_size)], dim=-1)))]"},
+             {1: f"grad_x = {_padded('grad_x')}; dist.all_reduce(grad_x)"},
              "zero-padded columns of dL/dx all-reduced", "all_gather"),
     # f and g
-    Shortcut("megatron_f_g", {3: "(lambda t: (" + _summed_by_gather("t") + ", t)[1])"
-                                 "(partial.clone())"},
-             "g's sum from an all-gather", "all_reduce"),
-    Shortcut("megatron_f_g", {1: "all_reduce_sum(x * 0) + x"},
-             "a needless all-reduce in f's forward", "no communication"),
+    Shortcut("megatron_f_g", {1: "(lambda t: (" + _summed_by_gather("t") + ", t)[1])"
+                                 "(grad.clone())"},
+             "f's backward sum from an all-gather", "all_reduce"),
+    Shortcut("megatron_f_g", {2: "all_reduce_sum(grad * 0) + grad"},
+             "a needless all-reduce in g's backward", "no communication"),
     # the MLP (full weights: choosing the part is the exercise)
-    Shortcut("tp_mlp", {2: "F.gelu(F.linear(x, w1, b1))",
-                        3: "F.linear(hidden, w2) + b2"},
+    Shortcut("tp_mlp", {4: "all_reduce_sum(F.linear(hidden, w2_mine)) + b2"},
+             "an in-place all-reduce where g belongs (backward as the identity, with a warning)",
+             "autograd"),
+    Shortcut("tp_mlp", {3: BROADCAST_FIRST_LAYER},
+             "the whole first layer as a broadcast multiply-and-sum, then sliced", "work"),
+    Shortcut("tp_mlp", {2: "w2", 3: "F.gelu(F.linear(x, w1, b1))",
+                        4: "F.linear(hidden, w2) + b2"},
              "every rank computes the whole MLP", "all_reduce"),
-    Shortcut("tp_mlp", {2: "F.gelu(F.linear(f.apply(x), w1, b1))",
-                        3: "g.apply(F.linear(hidden, w2) / world_size) + b2"},
+    Shortcut("tp_mlp", {3: "F.gelu(F.linear(f.apply(x), w1, b1))",
+                        4: "g.apply(F.linear(hidden, w2) / world_size) + b2"},
              "the whole MLP on every rank, divided by N before g", "FLOPs"),
+    Shortcut("tp_mlp", {1: "shard(w1, rank, world_size, dim=1), b1", 2: "w2",
+                        3: "F.gelu(g.apply(F.linear(shard(f.apply(x), rank, world_size, "
+                           "dim=-1), w1_mine)) + b1_mine)",
+                        4: "F.linear(hidden, w2) + b2"},
+             "the first layer cut by its inputs: its partial sums all-reduced before GeLU",
+             "all_reduce"),
     # attention
     Shortcut("tp_attention", {1: "slice(0, x.shape[-1])", 2: "wo / world_size"},
              "every rank computes every head", "FLOPs"),
@@ -77,12 +90,12 @@ SHORTCUTS = [
              "every head computed, the other ranks' masked out", "FLOPs"),
     # sequence parallelism
     Shortcut("sp_all_reduce",
-             {1: "(dist.all_reduce(t), part.copy_(t.chunk(world_size)[rank]))",
-              2: "total.copy_(t)"},
+             {1: "dist.all_reduce(t); part.copy_(t.chunk(world_size)[rank]); total.copy_(t)"},
              "an all-reduce, then a chunk", "reduce_scatter"),
     Shortcut("sp_all_reduce",
              {1: "part.copy_((lambda ps: (dist.all_gather(ps, t), torch.stack(ps).sum(0))[1])"
-                 "([torch.empty_like(t) for _ in range(world_size)]).chunk(world_size)[rank])"},
+                 "([torch.empty_like(t) for _ in range(world_size)]).chunk(world_size)[rank]); "
+                 "dist.all_gather_single(total, part)"},
              "every rank's whole tensor all-gathered and summed", "reduce_scatter"),
     Shortcut("sp_f_g", {1: "all_reduce_sum(grad).chunk(dist.get_world_size())"
                            "[dist.get_rank()].contiguous()"},
@@ -93,25 +106,38 @@ SHORTCUTS = [
 ]
 
 HONEST = [
-    Shortcut("column_parallel_forward", {1: "F.linear(x, w_shard, b_shard)",
-                                         3: "torch.cat(pieces, dim=x.dim() - 1)"},
-             "F.linear and a positive dim"),
-    Shortcut("row_parallel_forward", {1: "torch.matmul(x_shard, w_shard.T)",
-                                      2: "dist.all_reduce(partial)", 3: "bias + partial"},
+    Shortcut("column_parallel_forward",
+             {1: "pieces = [torch.zeros_like(y_mine) for _ in range(world_size)]; "
+                 "dist.all_gather(pieces, y_mine.contiguous()); "
+                 "y = torch.cat(pieces, dim=x.dim() - 1)"},
+             "zeros for the slots, a positive dim"),
+    Shortcut("row_parallel_forward",
+             {1: "partial = torch.matmul(x_shard, w_shard.T); dist.all_reduce(partial); "
+                 "y = bias + partial"},
              "matmul, the default op, the bias first"),
-    Shortcut("column_parallel_backward", {1: "(x.t() @ grad_y_shard).t()",
-                                          3: "dist.all_reduce(grad_x)"},
-             "the transpose of the other product"),
-    Shortcut("row_parallel_backward", {3: "dist.all_gather(pieces, grad_x_shard.contiguous())"},
-             "a contiguous copy gathered"),
-    Shortcut("megatron_f_g", {1: "x.clone()", 4: "grad.clone()"}, "copies for the identities"),
-    Shortcut("tp_mlp", {1: "shard(w2, rank, world_size, dim=-1)",
-                        3: "g.apply(hidden @ w2_shard.t()) + b2"},
-             "the last dimension, the product written out"),
+    Shortcut("column_parallel_backward", {1: "dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)"},
+             "the op spelled out"),
+    Shortcut("row_parallel_backward",
+             {1: "pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; "
+                 "dist.all_gather(pieces, grad_x.contiguous()); grad_x = torch.cat(pieces, dim=1)"},
+             "a contiguous copy gathered, a positive dim"),
+    Shortcut("megatron_f_g", {1: "all_reduce_sum(grad.clone())", 2: "grad.clone()"},
+             "copies for the sum and the identity"),
+    Shortcut("tp_mlp", {1: "w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank]",
+                        2: "shard(w2, rank, world_size, dim=-1)",
+                        4: "g.apply(hidden @ w2_mine.t()) + b2"},
+             "chunk, the last dimension, the product written out"),
+    Shortcut("tp_mlp", {1: "w1[rank * (w1.shape[0] // world_size):(rank + 1) * (w1.shape[0] "
+                           "// world_size)], b1[rank * (b1.shape[0] // world_size):(rank + 1) "
+                           "* (b1.shape[0] // world_size)]",
+                        3: "F.gelu(f.apply(x) @ w1_mine.t() + b1_mine)"},
+             "the rows sliced by hand, the product written out"),
     Shortcut("tp_attention", {1: "slice(rank * x.shape[-1] // world_size, "
                                  "(rank + 1) * x.shape[-1] // world_size)"},
              "the rows from the width"),
-    Shortcut("sp_all_reduce", {1: "dist.reduce_scatter_single(part, t)"}, "the default op"),
+    Shortcut("sp_all_reduce",
+             {1: "dist.reduce_scatter_single(part, t); dist.all_gather_single(total, part)"},
+             "the default op"),
     Shortcut("sp_f_g", {1: "scatter_rows(grad.clone())", 2: "gather_rows(grad.contiguous())"},
              "copies through the helpers"),
 ]
