@@ -124,22 +124,23 @@ def _check_layout(order, S: int, v: int, where: str) -> None:
 
 
 def _check_time_and_memory(order, oracle, where: str, name: str, costs=None, per="stage",
-                           **options) -> None:
-    """As fast as the oracle order, and holding no more activations anywhere."""
+                           slow: str = "", held: str = "", **options) -> None:
+    """As fast as the oracle order, and holding no more activations anywhere; `slow` and `held`
+    say the idea a slower or a hungrier order misses."""
     from distlab.pipeline_parallel import peak_in_flight
 
     got, want = _simulate(order, where, costs=costs, **options), _simulate(oracle, where,
                                                                             costs=costs)
     if got.makespan > want.makespan:
         raise AssertionError(f"{where}: the order takes {got.makespan:g} time units; {name} "
-                             f"takes {want.makespan:g}")
+                             f"takes {want.makespan:g}{slow}")
     peaks, limits = peak_in_flight(order, per), peak_in_flight(oracle, per)
     places = range(len(order)) if per == "rank" else limits
     for place in places:
         if peaks[place] > limits[place]:
             raise AssertionError(f"{where}: {per} {place} holds up to {peaks[place]} "
                                  f"micro-batches' activations at once; {name} needs only "
-                                 f"{limits[place]}")
+                                 f"{limits[place]}{held}")
 
 
 def _sizes(rng, count: int, stages: int = 8, micro: int = 16) -> list:
@@ -233,7 +234,11 @@ def interleaved_order(fn, rng):
         order = _order(fn(S, M, v), S, where)
         _check_layout(order, S, v, where)
         _check_time_and_memory(order, _interleaved(S, M, v), where, "interleaved 1F1B",
-                               per="rank", num_stages=S * v, num_microbatches=M)
+                               per="rank", num_stages=S * v, num_microbatches=M,
+                               slow=": a rank whose warm-up ends before the gradient of its "
+                               "first backward can reach it waits",
+                               held=": the warm-up asked is the minimum, the fewest forwards "
+                               "after which the rank never waits")
 
 
 @exercise
@@ -250,7 +255,11 @@ def zb_h1_order(fn, rng):
             raise AssertionError(f"{where}: {_name((s, 'W', mb))} never runs: every backward "
                                  "is split into B and W")
         _check_time_and_memory(order, _zb_h1(S, M), where, "ZB-H1", costs=ZB_COSTS,
-                               num_stages=S, num_microbatches=M)
+                               num_stages=S, num_microbatches=M,
+                               slow=": the W's kept waiting fill the time a stage would idle "
+                               "at its end, so a stage keeps as many waiting as it would idle",
+                               held=": a waiting W holds its micro-batch's activations, so a "
+                               "stage keeps no more waiting than fill its idle end")
 
 
 # ---------------------------------------------------------------- real ranks: run_stage
@@ -608,28 +617,128 @@ def _saved_oracle(depth: int, width: int, batch: int, checkpointed: bool, seed: 
     return sum(sizes), [p.grad for p in blocks.parameters()]
 
 
+def _blocks(depth: int, width: int):
+    """The notebook's make_blocks, built here (the RNG as the caller left it)."""
+    from torch import nn
+
+    return nn.ModuleList([nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
+                                        nn.Linear(4 * width, width)) for _ in range(depth)])
+
+
+def _counted_call(fn, depth: int, width: int, batch: int, checkpointed: bool, seed: int):
+    """(what fn returned, the bytes of non-weight tensors autograd kept while it ran).
+
+    The count does not trust the function's own: our saved_tensors_hooks sit outside the call,
+    and any saved_tensors_hooks the function opens (the notebook's count) passes every tensor
+    through ours first (only the innermost hooks see a saved tensor). make_blocks is ours, so
+    the weights are known."""
+    import torch
+
+    original = torch.autograd.graph.saved_tensors_hooks
+    built, counted = [], [0]
+
+    def make_blocks(depth_, width_):
+        blocks = _blocks(depth_, width_)
+        built.append({p.untyped_storage().data_ptr() for p in blocks.parameters()})
+        return blocks
+
+    def count(t):
+        if not any(t.untyped_storage().data_ptr() in weights for weights in built):
+            counted[0] += t.numel() * t.element_size()
+        return t
+
+    class Counted(original):
+        def __init__(self, pack_hook, unpack_hook):
+            super().__init__(lambda t: pack_hook(count(t)), unpack_hook)
+
+    learner = with_trusted(fn, make_blocks=make_blocks)
+    torch.autograd.graph.saved_tensors_hooks = Counted
+    try:
+        with original(count, lambda t: t):
+            out = learner(depth, width, batch, checkpointed, seed=seed)
+    finally:
+        torch.autograd.graph.saved_tensors_hooks = original
+    return out, counted[0]
+
+
+def _saved_harness(rank, world_size, fn, cases):
+    """Each case (depth, width, batch, checkpointed, seed): the learner's activation_bytes run
+    with what autograd keeps counted from below: ("ok", (reported bytes, counted bytes, grads))
+    or (kind, text), stopping at the first failure."""
+    results = []
+    for case in cases:
+        try:
+            out, counted = _counted_call(fn, *case)
+        except Exception as err:  # noqa: BLE001 - reported as the case's failure
+            results.append(rank_failure(err, "raised"))
+            break
+        try:
+            reported, grads, _ = out
+        except (TypeError, ValueError):
+            results.append(("wrong", f"expected (saved, grads, seconds), got {out!r:.80}"))
+            break
+        if isinstance(grads, list | tuple):
+            grads = [None if g is None else g.detach().clone() for g in grads]
+        results.append(("ok", (reported, counted, grads)))
+    return results
+
+
 @exercise
 def activation_bytes(fn, rng):
+    from distlab import require_filled
+
+    require_filled(fn)
     cases = [(1, 2, 1), (2, 4, 3), (3, 8, 2)]
     cases += [(int(rng.integers(1, 5)), int(rng.integers(2, 17)), int(rng.integers(1, 9)))
               for _ in range(4)]
+    cases = [(depth, width, batch, checkpointed, int(rng.integers(0, 1000)))
+             for depth, width, batch in cases for checkpointed in (False, True)]
+    results = on_ranks(_saved_harness, fn, 1, cases)[0]
+    for index, (depth, width, batch, checkpointed, seed) in enumerate(cases):
+        where = f"depth={depth}, width={width}, batch={batch}, checkpointed={checkpointed}"
+        if index >= len(results):
+            break
+        kind, value = results[index]
+        if kind != "ok":
+            raise AssertionError(f"{where}: {value}")
+        reported, counted, grads = value
+        want, want_grads = _saved_oracle(depth, width, batch, checkpointed, seed)
+        unit = batch * width * 4
+        if counted != want:
+            if checkpointed:
+                raise AssertionError(
+                    f"{where}: autograd kept {counted / unit:g} (batch, width) tensors' worth "
+                    f"for the backward (counted while it ran), where checkpointing every block "
+                    f"keeps {want / unit:g}: a checkpointed block keeps only its input")
+            raise AssertionError(f"{where}: autograd kept {counted / unit:g} (batch, width) "
+                                 f"tensors' worth for the backward (counted while it ran), "
+                                 f"where the plain blocks keep {want / unit:g}")
+        check_close(reported, counted, where, "the activation bytes reported (autograd kept "
+                    f"{counted} B, counted while it ran)")
+        if not isinstance(grads, list | tuple) or len(grads) != len(want_grads):
+            raise AssertionError(f"{where}: expected one gradient per parameter "
+                                 f"({len(want_grads)})")
+        for number, (got, expected) in enumerate(zip(grads, want_grads, strict=True)):
+            if got is None:
+                raise AssertionError(f"{where}: parameter {number} got no gradient")
+            check_tensor(got, expected, where, what=f"the gradient of parameter {number}")
+
+
+@exercise
+def predicted_activation_bytes(fn, rng):
+    cases = [(1, 2, 1), (2, 4, 3), (8, 256, 64), (3, 8, 2)]
+    cases += [(int(rng.integers(1, 7)), int(rng.integers(2, 33)), int(rng.integers(1, 17)))
+              for _ in range(6)]
     for depth, width, batch in cases:
-        seed = int(rng.integers(0, 1000))
+        unit = batch * width * 4
         for checkpointed in (False, True):
             where = (f"depth={depth}, width={width}, batch={batch}, "
                      f"checkpointed={checkpointed}")
-            out = fn(depth, width, batch, checkpointed, seed=seed)
-            try:
-                saved, grads, _ = out
-            except (TypeError, ValueError):
-                raise AssertionError(f"{where}: expected (saved, grads, seconds), got "
-                                     f"{out!r:.80}") from None
-            want, want_grads = _saved_oracle(depth, width, batch, checkpointed, seed)
-            check_close(saved, want, where, "the activation bytes saved")
-            if not isinstance(grads, list | tuple) or len(grads) != len(want_grads):
-                raise AssertionError(f"{where}: expected one gradient per parameter "
-                                     f"({len(want_grads)})")
-            for index, (got, expected) in enumerate(zip(grads, want_grads, strict=True)):
-                if got is None:
-                    raise AssertionError(f"{where}: parameter {index} got no gradient")
-                check_tensor(got, expected, where, what=f"the gradient of parameter {index}")
+            got = fn(depth, width, batch, checkpointed)
+            want, _ = _saved_oracle(depth, width, batch, checkpointed, 0)
+            if not isinstance(got, int | float | np.integer | np.floating):
+                raise AssertionError(f"{where}: expected a number of bytes, got {got!r:.80}")
+            if got != want:
+                raise AssertionError(f"{where}: you predict {got / unit:g} (batch, width) "
+                                     f"tensors' worth of bytes; autograd keeps {want / unit:g} "
+                                     "(counted with saved_tensors_hooks)")

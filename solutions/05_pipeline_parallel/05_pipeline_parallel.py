@@ -10,15 +10,15 @@
 #
 # **What you will build**
 #
-# 1. The GPipe schedule table and its bubble ratio.
+# 1. The GPipe schedule table.
 # 2. One representation for every schedule: each rank's ordered list of actions. A simulator
 #    (given) times it and draws it.
-# 3. 1F1B: the same bubble as GPipe, a fraction of its memory. Then 1F1B for real, on 4 ranks
-#    that send activations and gradients to each other, with the memory measured.
+# 3. 1F1B: the same bubble as GPipe, a fraction of its memory. Then a pipeline stage on real
+#    ranks: what it receives, keeps and sends back, with the memory measured.
 # 4. Interleaved 1F1B (several model chunks per rank) and zero-bubble ZB-H1 (the backward split
 #    in two): smaller bubbles.
 # 5. PyTorch's own `torch.distributed.pipelining` on 2 ranks, checked against the unsplit model.
-# 6. Activation checkpointing: fewer bytes kept for the backward, paid for in time.
+# 6. Activation checkpointing: predict the bytes autograd keeps, then measure them.
 #
 # **How to use this notebook.** Code cells with `_____` are yours: replace each `_____` with
 # code (the comment after it, `# [n] ...`, is a hint for blank *n*). Run the cell, then run the
@@ -82,8 +82,8 @@ show_gantt(one_batch, name="unsplit batch on 4 stages")
 #
 # Write the schedule as a table: `table[s][t]` is what stage `s` runs at step `t`, an action
 # `(stage, "F" or "B", microbatch)`, or `None` for an idle slot. The forward phase takes the
-# columns `0 .. steps-1`, the backward phase the next `steps` columns. The **bubble ratio** is
-# the share of all the table's slots that are idle.
+# columns `0 .. steps-1`, the backward phase the next `steps` columns. The **bubble ratio**
+# (given) is the share of all the table's slots that are idle.
 
 # %% solution="gpipe_table" drill
 def gpipe_table(num_stages, num_microbatches):
@@ -99,14 +99,13 @@ def gpipe_table(num_stages, num_microbatches):
     for t in range(steps):
         for s in range(S):
             forward = t - s  # BLANK which micro-batch is on stage s at step t of the forward phase? # REJECT `t + s` # REJECT `t - s - 1` # REJECT `s - t` # ACCEPT `-s + t`
-            backward = t - (S - 1 - s)  # BLANK the same for the backward phase, which enters at the other end # REJECT `t - s` # REJECT `t - (S - s)` # REJECT `t - (S + 1 - s)` # REJECT `t + s - S` # ACCEPT `t + s - S + 1`
+            backward = t - (S - 1 - s)  # BLANK the same for the backward phase # REJECT `t - s` # REJECT `t - (S - s)` # REJECT `t - (S + 1 - s)` # REJECT `t + s - S` # ACCEPT `t + s - S + 1`
             for kind, mb, column in (("F", forward, t), ("B", backward, steps + t)):
-                if 0 <= mb < M:  # BLANK is there such a micro-batch? # REJECT `0 <= mb <= M` # REJECT `0 < mb < M` # REJECT `mb < M` # REJECT `not 0 <= mb < M` # ACCEPT `mb in range(M)` # ACCEPT `M > mb >= 0`
+                if 0 <= mb < M:  # a micro-batch there, not an idle slot
                     table[s][column] = (s, kind, mb)
     total = len(table) * len(table[0])  # every slot of the table
     active = sum(action is not None for row in table for action in row)  # slots that hold work
-    bubble_ratio = (total - active) / total  # BLANK as defined above # REJECT `active / total` # REJECT `(total - active) / active` # REJECT `(S - 1) / M` # ACCEPT `1 - active / total` # ACCEPT `(S - 1) / (M + S - 1)`
-    return table, bubble_ratio
+    return table, (total - active) / total
 
 
 # %%
@@ -127,24 +126,18 @@ for M, expected in ((4, 42.9), (8, 27.3), (16, 15.8), (32, 8.6)):
     assert round(100 * ratio, 1) == expected, f"M={M}: expected {expected}%, got {ratio:.1%}"
 print("✓ the GPipe table and its bubble ratio match the numbers above")
 
-# %% tests="gpipe_table_tests" points=4
-# Hidden tests (4 points): S = 1..8, M = 1..16 (also fewer micro-batches than stages).
+# %% tests="gpipe_table_tests" points=2
+# Hidden tests (2 points): S = 1..8, M = 1..16 (also fewer micro-batches than stages).
 ### BEGIN HIDDEN TESTS
 # Seed 000, exercise 5: its five blanks and numbers, its hints rewritten (this note is hidden
-# from learners, like the tests). Seed blank k is [k] here, but for the seed's blanks 2 and 3,
-# which are [3] and [2] (the backward's micro-batch now comes before the shared validity test):
+# from learners, like the tests). Issue 51 keeps the two that need the picture, the diagonals:
 # - seed blank 1, hint `# t - s` (and "so at step t stage s runs micro-batch t - s"): the
 #   answer. Now "which micro-batch is on stage s at step t...", after a forward-phase picture.
-# - seed blank 2, hint `0 <= mb < M`: the answer. Now "is there such a micro-batch?". The
-#   seed's backward loop repeated that test unblanked (`if 0 <= mb < M:`) right after blank 3,
-#   a twin of blank 2's answer: forward and backward now share the one (blanked) test.
 # - seed blank 3, hint `# t - (S - 1 - s)` and "arrives at step m + (S-1-s)": the answer. Now
-#   "the same for the backward phase, which enters at the other end".
-# - seed blank 4, hint "slots of forward and backward whose value is not None": the code in
-#   words. Now given: the ratio (blank [4]) may be written from the count or in closed form,
-#   and the table's cells are what the hidden test checks.
-# - seed blank 5, hint "(total slots - active slots) / total slots": the answer. The markdown
-#   defines the bubble ratio (the idle share of all slots); the hint says "as defined above".
+#   "the same for the backward phase", after "the backward enters at the last stage".
+# - seed blanks 2 (`0 <= mb < M`), 4 (the active slots) and 5 (the ratio, "(total slots -
+#   active slots) / total slots") are given code: their hints were their answers, and the
+#   markdown defines the ratio in words.
 # - The seed's two tables (forward, backward) are one table of 2(M+S-1) columns whose rows,
 #   read without the idle slots, are the ranks' orders that the rest of the notebook uses.
 # - Added: the seed quotes only (S-1)/(S-1+M); the notebook names both conventions, over the
@@ -245,9 +238,8 @@ def one_f_one_b_order(num_stages, num_microbatches):
     for s in range(S):
         warmup = min(S - s - 1, M)  # BLANK how many forwards run before this stage's first backward? # REJECT `min(S - s, M)` # REJECT `S - s - 1` # REJECT `min(s, M)` # REJECT `min(S - s - 2, M)` # REJECT `min(S - s + 1, M)` # REJECT `max(S - s - 1, M)` # ACCEPT `min(M, num_stages - 1 - s)` # ACCEPT `min(S - s - 1, M - 1)` # ACCEPT `min(M, S - s - 1)`
         actions = [(s, "F", mb) for mb in range(warmup)]
-        for k in range(M - warmup):  # steady state: one forward, one backward
-            actions.append((s, "F", warmup + k))  # BLANK `warmup + k` the next micro-batch that has not gone forward # REJECT `k` # REJECT `warmup + k + 1` # ACCEPT `k + warmup`
-            actions.append((s, "B", k))  # BLANK `k` the oldest micro-batch still held # REJECT `k + 1` # REJECT `warmup + k` # REJECT `M - 1 - k`
+        for k in range(M - warmup):  # steady state
+            actions += [(s, "F", warmup + k), (s, "B", k)]  # BLANK `[(s, "F", warmup + k), (s, "B", k)]` pair k of the steady state # REJECT `[(s, "F", k), (s, "B", k)]` # REJECT `[(s, "F", warmup + k), (s, "B", warmup + k)]` # REJECT `[(s, "B", k), (s, "F", warmup + k)]` # REJECT `[(s, "F", warmup + k), (s, "B", k + 1)]` # REJECT `[(s, "F", warmup + k + 1), (s, "B", k)]` # REJECT `[(s, "F", warmup + k), (s, "B", M - 1 - k)]` # ACCEPT `[(s, "F", k + warmup), (s, "B", k)]` # ACCEPT `((s, "F", warmup + k), (s, "B", k))`
         actions += [(s, "B", mb) for mb in range(M - warmup, M)]  # cool-down
         order.append(actions)
     return order
@@ -266,8 +258,8 @@ for S, M in ((4, 6), (4, 8), (4, 2), (1, 3), (5, 5)):
 print("\n" + text_gantt(one_f_one_b_order(4, 6)))
 print("✓ 1F1B: the bubble of GPipe, and at most S micro-batches in flight")
 
-# %% tests="one_f_one_b_order_tests" points=3
-# Hidden tests (3 points): S = 1..8, M = 1..16; checked by simulation (every dependency, no
+# %% tests="one_f_one_b_order_tests" points=2
+# Hidden tests (2 points): S = 1..8, M = 1..16; checked by simulation (every dependency, no
 # deadlock, GPipe's bubble) and by the micro-batches in flight on every stage.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade
@@ -276,38 +268,51 @@ grade(one_f_one_b_order)
 
 # %% [markdown]
 # Same length, same bubble; what changed is the memory. Move the sliders: GPipe holds $M$
-# micro-batches per stage, 1F1B at most $S$ whatever $M$ is (stage $s$ holds $S - s$).
+# micro-batches per stage, 1F1B at most $S$ whatever $M$ is: stage $s$ holds
+# $\min(S - s, M)$ (for $S = 4$, $M = 2$ the check above prints `[2, 2, 2, 1]`).
 
 # %%
 show_schedules({"GPipe": gpipe_order, "1F1B": one_f_one_b_order}, S=4, M=8)
 
 # %% [markdown]
-# ## 5. 1F1B for real: stages that send to each other
+# ## 5. A stage on real ranks: what it receives, keeps and sends back
 #
-# Now run an order on real ranks: rank $r$ holds stage $r$ of a small model (a `Linear` and a
-# `tanh`), rank 0 feeds the micro-batches in, the last rank computes each micro-batch's loss.
-# For each action of its order a rank does:
+# Now run an order on real ranks. The model is 4 stages, each a `Linear` and a `tanh`; rank
+# $r$ holds stage $r$ and nothing else: not the other stages' weights, not their activations.
+# Rank 0 has the input micro-batches, the last rank their targets and computes each
+# micro-batch's loss (an MSE; the step's loss is their mean). What must hold at the end:
+# every rank's parameters have the gradients of the unsplit model, after each rank ran its
+# actions in the order given, each forward and each backward once per micro-batch (no
+# forward is run twice; section 9 is about that), every message a tensor of one micro-batch.
 #
-# * **F** of micro-batch `mb`: receive the activation `x` from the previous rank (rank 0 takes
-#   the input instead), compute `y = stage(x)`, send `y` to the next rank (the last rank turns
-#   `y` into the loss instead). Keep `(x, y)` in `stash[mb]`: the backward needs both.
-# * **B** of micro-batch `mb`: take `(x, y)` out of the stash, receive the gradient of the loss
-#   with respect to `y` from the next rank (the last rank has the loss itself), backpropagate it
-#   through the stage, and send the gradient with respect to `x` to the previous rank.
+# ```
+#            F of micro-batch mb: an activation travels right
+#   rank 0 ──────────▶ rank 1 ──────────▶ rank 2 ──────────▶ rank 3 ── loss
+#          ◀────────          ◀────────          ◀────────
+#            B of micro-batch mb: what travels left, and what must each rank have kept?
+# ```
 #
-# The autograd you need: `x.requires_grad_()` asks autograd to compute the gradient of a leaf
-# tensor `x`; `y.backward(g)` backpropagates a given gradient `g` of `y` (for a scalar loss,
-# `loss.backward()`); afterwards `x.grad` holds the gradient with respect to `x`, and every
-# parameter's `.grad` has been added to. `stash.pop(mb)` returns an entry and removes it,
-# `stash[mb]` only returns it.
+# **API.** Autograd, on an example of its own:
 #
-# Messages: `dist.isend(t, dst=r, tag=mb)` starts a send and returns at once (keep the request
-# and `wait()` for it at the end); `dist.recv(buf, src=r, tag=mb)` waits for a tensor to arrive
-# in `buf`. The tag is the micro-batch, so a message can only be taken for the micro-batch it
-# belongs to. Sends never block, so the ranks only wait where the order makes them wait: an
-# order that simulates without a deadlock runs without one.
+# ```python
+# a = torch.tensor([1.0, 2.0]).requires_grad_()   # a leaf whose gradient autograd computes
+# b = a * a                                       # autograd records how b came from a
+# b.backward(torch.tensor([10.0, 1.0]))           # backpropagate a given gradient of b
+# a.grad                                          # tensor([20., 4.]): the gradient w.r.t. a
+# s = b.sum(); s.backward()                       # a scalar needs no gradient to start from
+# ```
 #
-# The peak your function measures is the most micro-batches in its stash at once.
+# A backward also adds to every parameter's `.grad` on the way. `d.pop(key)` returns a dict's
+# entry and removes it (its memory can go once nothing else names it); `d[key]` only returns it.
+#
+# Messages: in the function below, `receive(src, mb)` returns the tensor rank `src` sent for
+# micro-batch `mb` (it waits until it has arrived), and `send(t, dst, mb)` sends `t` to rank
+# `dst` without waiting (and does nothing when there is no rank `dst`). They are
+# `dist.recv(buffer, src=src, tag=mb)` and `dist.isend(t, dst=dst, tag=mb)`: the tag is the
+# micro-batch, so a message can only be taken for the micro-batch it belongs to. Sends never
+# block, so an order that simulates without a deadlock runs without one.
+#
+# The forward is written. Yours: what a forward keeps for its backward, and the backward.
 
 # %% solution="run_stage" drill
 def run_stage(rank, world_size, stage, actions, inputs, targets, shape):
@@ -320,13 +325,21 @@ def run_stage(rank, world_size, stage, actions, inputs, targets, shape):
     """
     prev, nxt = rank - 1, rank + 1
     first, last = prev < 0, nxt == world_size
-    stash = {}  # micro-batch -> (x, y), kept from its forward to its backward
+    stash = {}  # micro-batch -> what its backward needs, kept from its forward
     sends, losses, peak = [], {}, 0
+
+    def receive(src, mb):
+        buffer = torch.empty(shape)
+        dist.recv(buffer, src=src, tag=mb)
+        return buffer
+
+    def send(tensor, dst, mb):
+        if 0 <= dst < world_size:
+            sends.append(dist.isend(tensor, dst=dst, tag=mb))
+
     for _, kind, mb in actions:
         if kind == "F":
-            x = inputs[mb].clone() if first else torch.empty(shape)
-            if not first:
-                dist.recv(x, src=prev, tag=mb)
+            x = inputs[mb].clone() if first else receive(prev, mb)
             x.requires_grad_()
             y = stage(x)
             if last:
@@ -334,19 +347,11 @@ def run_stage(rank, world_size, stage, actions, inputs, targets, shape):
                 losses[mb] = loss.item()
                 y = loss / len(targets)  # the mean over micro-batches
             else:
-                sends.append(dist.isend(y.detach(), dst=nxt, tag=mb))
-            stash[mb] = (x, y)
-            peak = max(peak, len(stash))  # BLANK the most micro-batches held so far # REJECT `len(stash)` # ACCEPT `max(len(stash), peak)`
+                send(y.detach(), nxt, mb)
+            stash[mb] = (x, y)  # BLANK what must this rank keep for the backward of mb? # SHAPE `which tensors to keep is the idea; a pair of two names stands in any call of two arguments` # REJECT `y` # REJECT `(x.detach(), y)` # REJECT `(x, y.detach())` # REJECT `(x, x)` # ACCEPT `[x, y]`
+            peak = max(peak, len(stash))
         else:
-            x, y = stash.pop(mb)  # BLANK `pop` take this micro-batch out of the stash (its memory can go) # REJECT `get`
-            if last:
-                y.backward()
-            else:
-                grad = torch.empty_like(y)
-                dist.recv(grad, src=nxt, tag=mb)
-                y.backward(grad)  # BLANK `grad` backpropagate what, through the stage? # REJECT `torch.ones_like(y)`
-            if not first:
-                sends.append(dist.isend(x.grad, dst=prev, tag=mb))  # BLANK `x.grad` what does the previous stage need? # REJECT `grad`
+            x, y = stash.pop(mb); y.backward(None if last else receive(nxt, mb)); send(x.grad, prev, mb)  # BLANK `x, y = stash.pop(mb); y.backward(None if last else receive(nxt, mb)); send(x.grad, prev, mb)` the backward of micro-batch mb # REJECT `x, y = stash.pop(mb); y.backward(None if last else receive(nxt, mb)); send(x.grad, nxt, mb)` # REJECT `x, y = stash[mb]; y.backward(None if last else receive(nxt, mb)); send(x.grad, prev, mb)` # REJECT `x, y = stash.pop(mb); y.backward(None if last else receive(prev, mb)); send(x.grad, prev, mb)` # REJECT `x, y = stash.pop(mb); y.backward(None if last else torch.ones(shape)); send(x.grad, prev, mb)` # REJECT `x, y = stash.pop(mb); y.backward(None if last else receive(nxt, mb)); send(y.grad, prev, mb)` # REJECT `x, y = stash.pop(mb); y.backward(None if last else receive(nxt, mb)); send(x, prev, mb)` # REJECT `x, y = stash.pop(mb); y.sum().backward(); send(x.grad, prev, mb)` # ACCEPT `x, y = stash.pop(mb); grad = None if last else receive(nxt, mb); y.backward(grad); send(x.grad, prev, mb)` # ACCEPT `x, y = stash.pop(mb); torch.autograd.backward(y, None if last else receive(nxt, mb)); send(x.grad.clone(), prev, mb)`
     for request in sends:
         request.wait()
     return [losses[mb] for mb in sorted(losses)], peak
@@ -392,47 +397,70 @@ for name, order in (("GPipe", gpipe_order(S, M)), ("1F1B", one_f_one_b_order(S, 
     peaks = [peak for _, _, peak in results]
     print(f"{name}: micro-batches held per rank {peaks} (the simulator says "
           f"{list(peak_in_flight(order).values())})")
-    assert peaks == list(peak_in_flight(order).values()), "measured peaks differ from the order's"
     for rank, (grads, _, _) in enumerate(results):
-        for got, param in zip(grads, model[rank].parameters(), strict=True):
-            assert torch.allclose(got, param.grad, atol=1e-6), f"{name}: rank {rank}'s gradients"
-print("✓ both orders give the unsplit model's gradients; 1F1B holds at most S micro-batches")
+        for (pname, param), got in zip(model[rank].named_parameters(), grads, strict=True):
+            assert got is not None, f"{name}: rank {rank}'s {pname} got no gradient"
+            assert torch.allclose(got, param.grad, atol=1e-6), \
+                f"{name}: rank {rank}'s gradient of its {pname} differs from the unsplit model's"
+        print(f"  rank {rank}: gradients of the unsplit model ✓")
+    assert peaks == list(peak_in_flight(order).values()), "measured peaks differ from the order's"
+print("✓ both orders give the unsplit model's gradients, holding what the order holds")
 
-# %% tests="run_stage_tests" points=4
-# Hidden tests (4 points): 1 to 4 ranks, GPipe, 1F1B and other orders; gradients, losses and
-# the peak against an unsplit model.
+# %% tests="run_stage_tests" points=2
+# Hidden tests (2 points): 1 to 4 ranks, GPipe, 1F1B and other orders; gradients, losses, every
+# message (its peer and size, in order) and the micro-batches held (measured from what autograd
+# keeps) against an unsplit model.
 ### BEGIN HIDDEN TESTS
 # Seed 003 section 12, fixed here: it says 1F1B alternates forwards and backwards "to reduce
 # the bubble" (it has GPipe's bubble; it bounds the activations held, measured above); its
 # sketch warms up with S - 1 forwards on every stage (stage s needs min(S - s - 1, M)); its
 # stage keeps only the output activation for the backward (the backward needs the stage's
-# input too: here (x, y) are stashed); and the gradient comes from the next stage, downstream.
+# input too: here (x, y) are stashed, and the stash is blank 1); and the gradient comes from
+# the next stage, downstream (blank 2, the backward). Issue 51: the old blanks (`max`, `pop`,
+# `grad`, `x.grad`) are API tokens and now sit inside blank 2 or are given.
 from autograder.grade_cell import grade
 grade(run_stage)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **Why.** A stage's backward turns the gradient of its output into the gradient of its input
+# and of its weights. For $y = \tanh(xW^\top + b)$, the weight gradient is
+# $\partial L/\partial W = (\partial L/\partial z)^\top x$: it needs the **input** $x$ that the
+# forward received, not only the output. So a stage keeps the input (with the graph autograd
+# recorded from it to the output) from each forward to its backward, and that is the memory
+# the schedules above count in "micro-batches in flight". The gradient of the loss with respect
+# to $y$ is computed on the next rank, so it arrives from there; the gradient with respect to
+# $x$ is what the previous rank's $y$ needs, so it goes back there. Taking the entry out of the
+# stash at the backward is what lets its memory go: the hidden tests watch the tensors autograd
+# saved and the inputs still alive, and a stash that never lets go holds GPipe's memory
+# whatever order it runs.
+
+# %% [markdown]
 # ## 6. Interleaved 1F1B: several chunks per rank
 #
-# The bubble is $S - 1$ stage-steps whatever the schedule, so make the steps shorter: cut the
-# model into $vS$ stages instead of $S$, and give rank $r$ the $v$ **chunks** $r, r + S,
-# r + 2S, \dots$ (Megatron-LM's interleaved schedule, Narayanan et al., 2021). A micro-batch
-# now visits every rank $v$ times, each visit $1/v$ of the work, so the pipeline fills and
-# drains $v$ times faster: the bubble is $\frac{S-1}{vM}$ of the ideal time
-# ($\frac{S-1}{vM + S - 1}$ of the total). The price: every micro-batch crosses $vS - 1$ stage
-# boundaries instead of $S - 1$, so about $v$ times the messages.
+# Cut the model into $vS$ stages instead of $S$, and give rank $r$ the $v$ **chunks**
+# $r, r + S, r + 2S, \dots$ (Megatron-LM's interleaved schedule, Narayanan et al., 2021): a
+# micro-batch visits every rank $v$ times, each visit $1/v$ of a stage's work. The
+# micro-batches go in **rounds** of about $S$ (as `np.array_split` cuts them: sizes that differ
+# by at most one, the larger first), and each rank runs a round's forwards on its chunk 0,
+# then on its chunk 1, and so on: rank 0's forwards for $S = 4$, $M = 8$, $v = 2$ are
+# micro-batches 0-3 on stage 0, 0-3 on stage 4, 4-7 on stage 0, 4-7 on stage 4. The first
+# time units of every rank (`F3:1` is micro-batch 3 on the rank's chunk 1, here stage $4 + r$;
+# one time unit per chunk forward):
 #
-# Rank $r$'s order, with the micro-batches taken in **rounds** of about $S$ (as in
-# `np.array_split`: sizes that differ by at most one, the larger rounds first):
+# ```
+#  time     0     1     2     3     4     5     6     7     8
+#  rank 0   F0:0  F1:0  F2:0  F3:0  F0:1  F1:1  F2:1  F3:1  ?
+#  rank 1   .     F0:0  F1:0  F2:0  F3:0  F0:1  F1:1  F2:1  ?
+#  rank 2   .     .     F0:0  F1:0  F2:0  F3:0  F0:1  F1:1  ?
+#  rank 3   .     .     .     F0:0  F1:0  F2:0  F3:0  F0:1  ?
+# ```
 #
-# * its forwards: for each round, the round's micro-batches on its chunk 0, then the same
-#   micro-batches on chunk 1, ... up to chunk $v-1$;
-# * its backwards: the same rounds, but visiting the chunks the other way round (the gradient
-#   enters the model at its last stage);
-# * warm-up, steady 1F1B pairs, cool-down, as in 1F1B. The first backward a rank runs is that
-#   of micro-batch 0 on its last chunk, and micro-batch 0 gets there only after the rank has
-#   run the first round's forwards on all its earlier chunks. Warm up with as few forwards as
-#   keep the pipeline busy: with one chunk ($v = 1$) this order must be exactly 1F1B.
+# The gradient enters the model at its last stage, stage $vS - 1$, and leaves at stage 0. Each
+# rank runs warm-up forwards, then steady forward-backward pairs, then the backwards left, as
+# in 1F1B. The warm-up asked here is the **minimum**: the fewest forwards after which the rank
+# never waits when messages take no time (the check tries it with one chunk, where the order
+# must be exactly your 1F1B). Schedulers that warm up with more exist; you meet one below.
 
 # %% solution="interleaved_order"
 def interleaved_order(num_stages, num_microbatches, num_chunks):
@@ -446,9 +474,9 @@ def interleaved_order(num_stages, num_microbatches, num_chunks):
         forwards, backwards = [], []
         for group in rounds:
             for c in range(v):
-                forwards += [(c * S + r, "F", mb) for mb in group]  # BLANK `c * S + r` which stage is rank r's chunk c? # REJECT `r * v + c` # REJECT `c * S + r + 1` # REJECT `c + r * S` # ACCEPT `r + c * S`
-                backwards += [((v - 1 - c) * S + r, "B", mb) for mb in group]  # BLANK `(v - 1 - c) * S + r` the chunks the other way round # REJECT `c * S + r` # REJECT `(v - c) * S + r` # ACCEPT `(v - c - 1) * S + r`
-        warmup = min((v - 1) * size + S - r - 1, len(forwards))  # BLANK how many forwards before this rank's first backward? # ACCEPT `min((v - 1) * size + S - r - 1, len(backwards))` # REJECT `min((v - 1) * size + 2 * (S - r - 1), len(forwards))` # REJECT `min((v - 1) * S + S - r - 1, len(forwards))` # REJECT `min(v * size + S - r - 1, len(forwards))` # REJECT `min((v - 1) * size + S - r - 2, len(forwards))` # REJECT `min((v - 1) * size + r, len(forwards))` # REJECT `(v - 1) * size + S - r - 1` # REJECT `min(S - r - 1, len(forwards))` # ACCEPT `min(size * (v - 1) + S - 1 - r, v * M)` # ACCEPT `min(len(backwards), (v - 1) * size + S - r - 1)`
+                forwards += [(c * S + r, "F", mb) for mb in group]  # the round on chunk c
+                backwards += [((v - 1 - c) * S + r, "B", mb) for mb in group]  # BLANK `(v - 1 - c) * S + r` the stage of the round's c-th backward visit to this rank # REJECT `c * S + r` # REJECT `(v - c) * S + r` # REJECT `(v - 1 - c) * S + S - 1 - r` # REJECT `(v - 1) * S + r` # ACCEPT `(v - c - 1) * S + r`
+        warmup = min((v - 1) * size + S - r - 1, len(forwards))  # BLANK how many forwards before this rank's first backward? # ACCEPT `min((v - 1) * size + S - r - 1, len(backwards))` # REJECT `min((v - 1) * size + 2 * (S - r - 1), len(forwards))` # REJECT `min((v - 1) * S + 2 * (S - 1 - r), v * M)` # REJECT `min((v - 1) * S + S - r - 1, len(forwards))` # REJECT `min(v * size + S - r - 1, len(forwards))` # REJECT `min((v - 1) * size + S - r - 2, len(forwards))` # REJECT `min((v - 1) * size + r, len(forwards))` # REJECT `(v - 1) * size + S - r - 1` # REJECT `min(S - r - 1, len(forwards))` # ACCEPT `min(size * (v - 1) + S - 1 - r, v * M)` # ACCEPT `min(len(backwards), (v - 1) * size + S - r - 1)`
         actions = forwards[:warmup]
         for forward, backward in zip(forwards[warmup:], backwards, strict=False):  # steady
             actions += [forward, backward]
@@ -458,37 +486,57 @@ def interleaved_order(num_stages, num_microbatches, num_chunks):
 
 
 # %%
-assert interleaved_order(4, 6, 1) == one_f_one_b_order(4, 6), "v = 1 must be 1F1B"
+assert interleaved_order(4, 6, 1) == one_f_one_b_order(4, 6), "v = 1 must be your 1F1B"
 for S, M, v in ((4, 8, 2), (4, 8, 4), (4, 12, 2), (2, 5, 3), (4, 2, 2)):
     order = interleaved_order(S, M, v)
     timeline = simulate(order)  # raises if an action is missing or the ranks would deadlock
     assert [{a[0] % S for a in actions} for actions in order] == [{r} for r in range(S)], \
         "rank r must hold the stages r, r + S, ..."
     plain = simulate(one_f_one_b_order(S, M))
-    print(f"S={S}, M={M:2d}, v={v}: bubble {timeline.bubble_over_ideal:6.1%} of the ideal time "
-          f"(1F1B {plain.bubble_over_ideal:6.1%}); {timeline.messages} messages "
-          f"(1F1B {plain.messages})")
+    warmups = [next(i for i, a in enumerate(actions) if a[1] == "B") for actions in order]
+    print(f"S={S}, M={M:2d}, v={v}: warm-ups {warmups}, bubble {timeline.bubble_over_ideal:6.1%} "
+          f"of the ideal time (1F1B {plain.bubble_over_ideal:6.1%}); {timeline.messages} "
+          f"messages (1F1B {plain.messages}, {timeline.messages / plain.messages:.2f}x)")
     if M >= S:
-        assert abs(timeline.bubble_over_ideal - (S - 1) / (v * M)) < 1e-9, "bubble (S-1)/(vM)"
-print("✓ interleaved 1F1B: the bubble is (S-1)/(vM) of the ideal time")
+        assert abs(timeline.bubble_over_ideal - plain.bubble_over_ideal / v) < 1e-9, \
+            "with M >= S the bubble should be 1F1B's divided by v"
+print("✓ interleaved 1F1B: 1F1B's bubble divided by v when M >= S")
 
-# %% tests="interleaved_order_tests" points=3
-# Hidden tests (3 points): S = 1..6, M = 1..16, v = 1..4; checked by simulation (every
+# %% tests="interleaved_order_tests" points=2
+# Hidden tests (2 points): S = 1..6, M = 1..16, v = 1..4; checked by simulation (every
 # dependency, no deadlock, the shortest time) and by the activations held on every rank.
 ### BEGIN HIDDEN TESTS
+# Issue 51: the warm-up asked is the minimum, said before the exercise; Megatron-LM's (and
+# torch's) warm-up holds more and loses the point, with a message that names the memory.
 from autograder.grade_cell import grade
 grade(interleaved_order)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **Why.** Micro-batch 0 reaches rank $r$'s last chunk only after every rank has run the first
+# round on all its earlier chunks, and its gradient comes back to that chunk first; the ranks
+# further down the pipeline see it sooner, so their warm-up is shorter. A micro-batch now
+# visits every rank $v$ times, each visit $1/v$ as long, so the pipeline fills and drains $v$
+# times faster: the bubble is $\frac{S-1}{vM}$ of the ideal time ($\frac{S-1}{vM + S - 1}$ of
+# the total) where 1F1B's is $\frac{S-1}{M}$. The price is messages: every micro-batch crosses
+# $vS - 1$ stage boundaries instead of $S - 1$, $\frac{vS-1}{S-1}$ times the messages (the check
+# prints 2.33x for $S = 4$, $v = 2$ and 5x for $v = 4$).
+#
+# Megatron-LM warms rank $r$ up with $(v-1)S + 2(S-1-r)$ forwards, more than the minimum: a
+# margin that keeps the pipeline fed when messages take time (try `simulate(order,
+# latency=0.25)` with both). `torch.distributed.pipelining`'s `ScheduleInterleaved1F1B`
+# (torch 2.13, `_get_warmup_ops`) uses $\min\big((v-1)\,\lfloor M / R\rfloor + 2(S-1-r),\ vM\big)$
+# with $R = \max(1, \lfloor M/S \rfloor)$ rounds: Megatron's when $S$ divides $M$ (torch
+# refuses an $M$ that is not a multiple of $R$). The margin costs memory: at $S = 4$, $M = 8$,
+# $v = 2$, rank 0 holds 8 chunk activations with the minimum warm-up (4 micro-batches' worth,
+# each chunk activation $1/v$ of a stage's) and 11 with Megatron's, 5.5 micro-batches' worth:
+# the $1 + \frac{S-1}{vS}$ factor over 1F1B's $S$ that Korthikanti et al. (2022) give for the
+# interleaved schedule.
+#
 # Below, an interleaved action is drawn $1/v$ as long (it is $1/v$ of a stage's layers); the
 # lighter bars are the later chunks. With fewer micro-batches than stages ($M < S$) the
-# micro-batches cannot keep the ranks busy between their visits and the formula no longer
-# holds. Megatron-LM and `torch.distributed.pipelining` warm up with $(v-1)S + 2(S-1-r)$
-# forwards: one more per later rank than needed when messages take no time, a margin that
-# keeps the pipeline fed when they do (try `simulate(order, latency=0.25)` with both). Each
-# rank holds about $S$ micro-batches' worth of activations, as in 1F1B: $v$ times as many
-# chunk activations, each $1/v$ the size.
+# micro-batches cannot keep the ranks busy between their visits and the bubble formula no
+# longer holds.
 
 # %%
 show_schedules({"1F1B": one_f_one_b_order, "interleaved 1F1B": interleaved_order}, S=4, M=8, v=2)
@@ -500,22 +548,30 @@ show_schedules({"1F1B": one_f_one_b_order, "interleaved 1F1B": interleaved_order
 # \partial L/\partial y \; W^\top$, which the previous stage is waiting for, and $\partial
 # L/\partial W = x^\top \partial L/\partial y$, which nobody needs until the optimizer step.
 # Zero-bubble pipelines (Qi et al., 2024) run them as two actions: **B** (the input gradient,
-# sent on at once) and **W** (the weight gradient), and put the W's where the pipeline would
-# otherwise idle.
-#
-# Where is that? In 1F1B the gradients of the last micro-batch still have to travel up to rank
-# 0 after the later ranks have finished: rank $s$ idles at the end while the last backward
-# passes through the $s$ ranks before it, $s$ backward steps. **ZB-H1** fills that time with
-# weight gradients. Start from the 1F1B order; each B now computes only the input gradient, and
-# its W joins a queue of waiting weight gradients. After a B, a stage may run the oldest
-# waiting W, but only while it still keeps enough waiting to fill its idle time at the end;
-# there, it runs all the W's still waiting. With B and W one step each, how many is enough?
-# A waiting W keeps its layers' inputs and the output gradients its B received, so a stage
-# holds a micro-batch until its W: the later stages, which keep W's waiting longest, now hold
-# as many micro-batches as the first stage (1F1B's peak, which ZB-H1 does not exceed; Qi et
-# al., 2024). The idle time per rank drops from 1F1B's $(S-1)(F+B+W)$ to $(S-1)(F+B-W)$: a
-# third when F, B and W take the same time. Action `(s, "W", mb)` is the weight
-# gradient of micro-batch `mb` on stage `s`; it can run any time after its B.
+# sent on at once) and **W** (the weight gradient, `(s, "W", mb)`, any time after its B), and
+# put the W's where the pipeline would otherwise idle. Here is your 1F1B with each backward
+# split and every W run at once after its B, B and W one step each:
+
+# %%
+ZB_COSTS = {"F": 1, "B": 2, "W": 1}  # a whole backward 2; split, B and W take 1 each
+
+
+def split_at_once(order):
+    """Each backward of `order` split into B and W, the W run right after its B."""
+    return [[part for action in actions for part in (
+        [action, (action[0], "W", action[2])] if action[1] == "B" else [action])]
+        for actions in order]
+
+
+print(text_gantt(split_at_once(one_f_one_b_order(4, 4)), ZB_COSTS))
+
+# %% [markdown]
+# **ZB-H1** keeps some W's waiting instead. Start from the 1F1B order; after each B its W joins
+# a queue of waiting weight gradients; after a B a stage may run the oldest waiting W, but
+# only while it still keeps enough waiting to fill the time it would idle at its end (read it
+# off the chart above); at the end it runs all the W's still waiting. Keep no more than that:
+# a waiting W holds its micro-batch's activations (the input of its layers, and the gradient
+# its B received) until it runs.
 
 # %% solution="zb_h1_order"
 def zb_h1_order(num_stages, num_microbatches):
@@ -527,7 +583,7 @@ def zb_h1_order(num_stages, num_microbatches):
         for action in actions:
             split.append(action)  # a forward, or a B: now only the input gradient
             if action[1] == "B":
-                waiting.append((s, "W", action[2]))  # BLANK `(s, "W", action[2])` what this backward leaves to do later # REJECT `(s, "B", action[2])` # REJECT `(s, "W", len(waiting))` # REJECT `(s + 1, "W", action[2])` # ACCEPT `(s, "W", action[-1])`
+                waiting.append((s, "W", action[2]))  # what this B leaves to do
                 if len(waiting) > s:  # BLANK may this stage run a waiting weight gradient now? # REJECT `len(waiting) >= s` # REJECT `len(waiting) > 0` # REJECT `len(waiting) > num_stages - 1 - s` # REJECT `len(waiting) > s + 1` # REJECT `len(waiting) < s` # ACCEPT `len(waiting) >= s + 1`
                     split.append(waiting.pop(0))
         split += waiting  # the rest fill the end
@@ -536,18 +592,18 @@ def zb_h1_order(num_stages, num_microbatches):
 
 
 # %%
-ZB_COSTS = {"F": 1, "B": 2, "W": 1}  # a whole backward 2; split, B and W take 1 each
 for S, M in ((4, 8), (4, 16), (3, 3), (1, 4)):
     zb, plain = simulate(zb_h1_order(S, M), ZB_COSTS), simulate(one_f_one_b_order(S, M), ZB_COSTS)
     idle = S * zb.makespan - sum(zb.busy)
     print(f"S={S}, M={M:2d}: bubble {zb.bubble:5.1%} (1F1B {plain.bubble:5.1%}), "
-          f"idle per rank {idle / S:g} steps (1F1B {(S * plain.makespan - sum(plain.busy)) / S:g})")
-    assert zb.makespan == 3 * M + S - 1, "with F = B = W, ZB-H1 idles S - 1 steps per rank"
+          f"idle per rank {idle / S:g} steps (1F1B {(S * plain.makespan - sum(plain.busy)) / S:g})"
+          f", in flight per stage {list(peak_in_flight(zb_h1_order(S, M)).values())}")
+    assert zb.makespan == 3 * M + S - 1, f"S={S}, M={M}: ZB-H1 should end at {3 * M + S - 1}"
 print("\n" + text_gantt(zb_h1_order(4, 6), ZB_COSTS))
 print("✓ ZB-H1: a third of 1F1B's idle steps per rank")
 
-# %% tests="zb_h1_order_tests" points=2
-# Hidden tests (2 points): S = 1..8, M = 1..16 (with a correct 1F1B order underneath): every
+# %% tests="zb_h1_order_tests" points=1
+# Hidden tests (1 point): S = 1..8, M = 1..16 (with a correct 1F1B order underneath): every
 # dependency, no deadlock, the shortest time, no more activations held than ZB-H1 needs.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade
@@ -555,6 +611,15 @@ grade(zb_h1_order)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **Why.** In 1F1B the gradient of the last micro-batch still has to travel up to rank 0
+# after the later ranks are done: rank $s$ idles at its end while that last backward passes
+# through the $s$ ranks before it, $s$ B's. Kept waiting, $s$ W's fill exactly that. With F,
+# B and W one step each, the idle time per rank drops from 1F1B's $(S-1)(F+B+W)$ to
+# $(S-1)(F+B-W)$: a third. The later stages, which keep W's waiting longest, now hold as many
+# micro-batches as the first stage, 1F1B's peak, which ZB-H1 does not exceed (Qi et al., 2024).
+# ZB-H1 is not bubble-free: the flushed GPipe and 1F1B idle $S - 1$ steps of $F + B$ per rank,
+# ZB-H1 less, and Qi et al.'s ZB-H2 (more memory) removes the rest.
+#
 # All four side by side (an interleaved action is $1/v$ as long). Watch the hatched area:
 
 # %%
@@ -574,10 +639,10 @@ show_schedules({"GPipe": gpipe_order, "1F1B": one_f_one_b_order,
 #
 # `module` is the part of the model this rank holds, stage `i` of `n`; shapes are found out
 # at the first step. `step` splits the batch into `M` micro-batches along dimension 0 and runs
-# the schedule: the rank with the first stage passes the batch, `step(x)`; the rank with the
-# last stage passes the targets and a list to receive each micro-batch's loss,
-# `step(target=y, losses=losses)`; a rank in between calls `step()` (with one rank, both at
-# once). The gradients are those of the mean of the micro-batch losses.
+# the schedule. What it takes depends on the stage: the batch, positionally, where the model's
+# input enters (`step(x)`); `target=` and `losses=` (a list that receives each micro-batch's
+# loss) where the loss is computed; nothing where neither happens. The gradients are those of
+# the mean of the micro-batch losses.
 #
 # The model: a small transformer, two encoder layers, one per rank.
 
@@ -586,12 +651,12 @@ def pipelining_step(rank, world_size, part, schedule, x, y, num_microbatches):
     """One training step of torch's pipeline: `part` is this rank's stage of the model,
     schedule "GPipe" or "1F1B", x the batch and y its targets (every rank has them). Returns
     the micro-batch losses (on the rank that computes them; [] elsewhere)."""
-    stage = PipelineStage(part, stage_index=rank, num_stages=world_size, device=torch.device("cpu"))  # BLANK `rank` which stage does this rank hold? # REJECT `world_size - 1 - rank`
+    stage = PipelineStage(part, stage_index=rank, num_stages=world_size, device=torch.device("cpu"))
     schedule_class = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
     pipe = schedule_class(stage, n_microbatches=num_microbatches, loss_fn=F.mse_loss)
     losses = []
-    args = (x,) if rank == 0 else ()  # BLANK what does this rank pass to step positionally? # REJECT `(x,) if rank == world_size - 1 else ()` # REJECT `()`
-    kwargs = {"target": y, "losses": losses} if rank == world_size - 1 else {}  # BLANK what does it pass by keyword? # ACCEPT `{"target": y, "losses": losses} if rank + 1 == world_size else {}` # REJECT `{"target": y, "losses": losses}` `{"target": y, "losses": losses} if rank == 0 else {}` # REJECT `{}`
+    args = (x,) if rank == 0 else ()  # BLANK what does this rank pass to step positionally? # API # REJECT `(x,) if rank == world_size - 1 else ()` # REJECT `()`
+    kwargs = {"target": y, "losses": losses} if rank == world_size - 1 else {}  # BLANK what does it pass by keyword? # API # ACCEPT `{"target": y, "losses": losses} if rank + 1 == world_size else {}` # REJECT `{"target": y, "losses": losses}` `{"target": y, "losses": losses} if rank == 0 else {}` # REJECT `{}`
     pipe.step(*args, **kwargs)
     return [loss.item() for loss in losses]
 
@@ -634,20 +699,24 @@ for schedule in ("GPipe", "1F1B"):
             assert torch.allclose(got, param.grad, atol=1e-5), f"{schedule}: rank {rank}'s grads"
 print("✓ torch's GPipe and 1F1B give the unsplit transformer's losses and gradients")
 
-# %% tests="pipelining_step_tests" points=3
-# Hidden tests (3 points): 2 and 3 ranks, GPipe and 1F1B, several micro-batch counts; losses
-# and gradients against the unsplit model.
+# %% tests="pipelining_step_tests" points=2
+# Hidden tests (2 points): 2 and 3 ranks, GPipe and 1F1B, several micro-batch counts; losses
+# and gradients against the unsplit model, and what each rank gives step.
 ### BEGIN HIDDEN TESTS
+# Seed 002 asks for PipelineStage and ScheduleGPipe by name (its pipelining tutorial): the two
+# blanks are API, marked so (issue 51); the stage index, typing, is given.
 from autograder.grade_cell import grade
 grade(pipelining_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # `Schedule1F1B` refuses fewer micro-batches than stages (its code assumes every stage gets
-# to the steady state; your `one_f_one_b_order` simply turns into GPipe there). `ScheduleGPipe`
-# accepts any number:
+# to the steady state). Your `one_f_one_b_order` accepts any number: with $M < S$ its first
+# stages warm up with every forward, as GPipe, while the last ones still alternate (for
+# $S = 4$, $M = 2$, stage 3 runs F0 B0 F1 B1). `ScheduleGPipe` accepts any number:
 
 # %%
+print("1F1B, S=4, M=2, stage 3:", one_f_one_b_order(4, 2)[3])
 try:
     run(torch_pipeline, "1F1B", 1, world_size=2)
 except Exception as err:  # the ranks' ValueError, reported by run
@@ -656,11 +725,12 @@ except Exception as err:  # the ranks' ValueError, reported by run
 # %% [markdown]
 # ## 9. Activation checkpointing: memory for time
 #
-# Everything autograd keeps for the backward (the inputs of each matmul, the input of each
-# activation function) stays in memory from the forward to the backward: the activations
-# that 1F1B keeps few of. **Activation checkpointing** (gradient checkpointing, Chen et al.,
-# 2016) keeps less: a checkpointed block keeps only its input, and its backward first runs
-# the block's forward again to get back what it needs. Less memory, one more forward.
+# Everything autograd keeps for the backward stays in memory from the forward to the
+# backward: the activations that 1F1B keeps few of. What does it keep? What each operation's
+# backward needs to compute its gradients (section 5's stage kept its input for this reason).
+# **Activation checkpointing** (gradient checkpointing, Chen et al., 2016) keeps less: a
+# checkpointed block keeps only its input, and its backward first runs the block's forward
+# again to get back what it needs. Less memory, one more forward.
 #
 # ```python
 # from torch.utils.checkpoint import checkpoint
@@ -671,17 +741,48 @@ except Exception as err:  # the ranks' ValueError, reported by run
 # inside get no gradient, and only a warning says so, when `inp` does not require a gradient,
 # as the input of a first block does not.)
 #
-# On a GPU you would read `torch.cuda.max_memory_allocated()`; a CPU has no such counter. So
-# count directly what autograd keeps: inside
+# The model: `depth` blocks, each `Linear(width, 4 width)`, GELU, `Linear(4 width, width)`, on
+# a float32 batch of shape `(batch, width)`; the loss is the mean of the output's squares.
+# The weights are in memory with or without a backward, so they don't count.
+#
+# **Predict first.** Before you run anything below, write how many bytes of activations
+# autograd keeps for one forward and backward of this model, with and without checkpointing
+# every block. The unit given is the size of one `(batch, width)` float32 tensor.
+
+# %% solution="predicted_activation_bytes"
+def predicted_activation_bytes(depth, width, batch, checkpointed):
+    """Your prediction: the bytes of activations autograd keeps for the backward in one step of
+    make_blocks(depth, width) on a (batch, width) batch, every block checkpointed or none."""
+    unit = batch * width * 4  # bytes of one (batch, width) float32 tensor
+    return unit * (depth * (1 if checkpointed else 9) + 1)  # BLANK your formula # REJECT `unit * depth * (1 if checkpointed else 9)` # REJECT `unit * (depth * (2 if checkpointed else 9) + 1)` # REJECT `unit * (depth * (1 if checkpointed else 10) + 1)` # REJECT `unit * (depth * (1 if checkpointed else 5) + 1)` # REJECT `unit * (depth * (1 if checkpointed else 9) + 2)` # REJECT `unit * (depth * (1 if checkpointed else 8) + 1)` # REJECT `unit * (depth + 1) * (1 if checkpointed else 9)` # ACCEPT `unit * (depth + 1) if checkpointed else unit * (9 * depth + 1)` # ACCEPT `(depth + 1) * unit if checkpointed else (9 * depth + 1) * unit`
+
+
+# %%
+for ck in (False, True):
+    print(f"your prediction, 8 blocks of width 256, batch 64, checkpointed={ck}: "
+          f"{predicted_activation_bytes(8, 256, 64, ck) / 2**20:.2f} MiB")
+print("(measured after the next exercise)")
+
+# %% tests="predicted_activation_bytes_tests" points=1
+# Hidden tests (1 point): depth 1-6, several widths and batches, with and without
+# checkpointing; the prediction against the bytes autograd keeps, counted with
+# saved_tensors_hooks.
+### BEGIN HIDDEN TESTS
+# Issue 51: the seed's insight (checkpointing keeps a block's input only) is asked as a
+# prediction before the run, instead of after the blanks. Seed 002 says a checkpointed block
+# stores "its input and output": it keeps only its input (the REJECT with 2 per block).
+from autograder.grade_cell import grade
+grade(predicted_activation_bytes)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now measure. On a GPU you would read `torch.cuda.max_memory_allocated()`; a CPU has no such
+# counter. So count directly what autograd keeps: inside
 # `with torch.autograd.graph.saved_tensors_hooks(pack, unpack):` autograd calls `pack(t)` for
 # every tensor `t` it saves for the backward and stores what `pack` returns (`unpack` gets it
-# back in the backward; here both hand the tensor through). `t.numel()` is the number of
-# elements of a tensor, `t.element_size()` the bytes of one. The weights are saved too, but
-# they are in memory with or without a backward, so they don't count; a saved weight is often
-# a view such as `weight.t()`, so recognise it by the memory it lives in,
-# `t.untyped_storage().data_ptr()`.
-#
-# The model: `depth` blocks, each `Linear(width, 4 width)`, GELU, `Linear(4 width, width)`.
+# back in the backward; here both hand the tensor through). A saved weight is often a view such
+# as `weight.t()`, so the count recognises it by the memory it lives in,
+# `t.untyped_storage().data_ptr()`. The counting is written; yours is the checkpointed block.
 
 # %%
 def make_blocks(depth, width):
@@ -702,14 +803,14 @@ def activation_bytes(depth, width, batch, checkpointed, seed=0):
 
     def pack(t):
         nonlocal saved
-        if t.untyped_storage().data_ptr() not in weights:  # BLANK which saved tensors count? # ACCEPT `t.data_ptr() not in weights` # REJECT `t.untyped_storage().data_ptr() in weights` # REJECT `True` # REJECT `not isinstance(t, nn.Parameter)` # ACCEPT `not t.untyped_storage().data_ptr() in weights`
-            saved += t.numel() * t.element_size()  # BLANK its size in bytes # ACCEPT `t.numel() * h.element_size()` # REJECT `t.numel()` # REJECT `t.element_size()` # ACCEPT `t.element_size() * t.nelement()`
+        if t.untyped_storage().data_ptr() not in weights:
+            saved += t.numel() * t.element_size()
         return t
 
     start = time.perf_counter()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         for block in blocks:
-            h = checkpoint(block, h, use_reentrant=False) if checkpointed else block(h)  # BLANK `checkpoint(block, h, use_reentrant=False)` the block, keeping only its input # REJECT `block(h)` # REJECT `checkpoint(block, h, use_reentrant=True)` # REJECT `checkpoint(block, h.detach(), use_reentrant=False)` # ACCEPT `checkpoint(block.forward, h, use_reentrant=False)`
+            h = checkpoint(block, h, use_reentrant=False) if checkpointed else block(h)  # BLANK `checkpoint(block, h, use_reentrant=False)` the block, keeping only its input # API # REJECT `block(h)` # REJECT `checkpoint(block, h, use_reentrant=True)` # REJECT `checkpoint(block, h.detach(), use_reentrant=False)` # ACCEPT `checkpoint(block.forward, h, use_reentrant=False)`
         loss = h.square().mean()
     loss.backward()
     seconds = time.perf_counter() - start
@@ -720,29 +821,38 @@ def activation_bytes(depth, width, batch, checkpointed, seed=0):
 DEPTH, WIDTH_CK, BATCH = 8, 256, 64
 plain_bytes, plain_grads, _ = activation_bytes(DEPTH, WIDTH_CK, BATCH, checkpointed=False)
 ck_bytes, ck_grads, _ = activation_bytes(DEPTH, WIDTH_CK, BATCH, checkpointed=True)
-print(f"saved for backward: {plain_bytes / 2**20:.2f} MiB without checkpointing, "
-      f"{ck_bytes / 2**20:.2f} MiB with ({plain_bytes / ck_bytes:.1f}x less)")
-row = BATCH * WIDTH_CK * 4  # bytes of one (batch, width) float32 activation
-assert ck_bytes == (DEPTH + 1) * row, "checkpointed: each block's input, and the output"
-assert plain_bytes > 5 * ck_bytes, "without checkpointing the insides of every block are kept"
+unit = BATCH * WIDTH_CK * 4  # bytes of one (batch, width) float32 tensor
+for name, measured, ck in (("without", plain_bytes, False), ("with", ck_bytes, True)):
+    predicted = predicted_activation_bytes(DEPTH, WIDTH_CK, BATCH, ck)
+    print(f"{name} checkpointing: measured {measured / 2**20:.2f} MiB ({measured / unit:g} "
+          f"units), predicted {predicted / 2**20:.2f} MiB ({predicted / unit:g} units)")
+    assert predicted == measured, f"{name} checkpointing: the prediction is off by " \
+        f"{(predicted - measured) / unit:g} units of one (batch, width) tensor"
+print(f"{plain_bytes / ck_bytes:.1f}x less with checkpointing")
 assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain_grads, ck_grads, strict=True))
-print("✓ same gradients, a fraction of the memory")
+print("✓ same gradients, a fraction of the memory, as predicted")
 
-# %% tests="activation_bytes_tests" points=3
-# Hidden tests (3 points): depth 1-4, several widths and batches, with and without
-# checkpointing; saved bytes and gradients against our own count.
+# %% tests="activation_bytes_tests" points=1
+# Hidden tests (1 point): depth 1-4, several widths and batches, with and without
+# checkpointing; the bytes autograd keeps (counted from below, not the count reported) and
+# gradients against our own count.
 ### BEGIN HIDDEN TESTS
 # Seed 002, fixed here: its checkpoint example calls checkpoint(self.block1, x) without
 # use_reentrant; with the reentrant variant (the old default) and an input that does not
-# require a gradient, block1's parameters get no gradient (only a warning says so). It also says a
-# checkpointed block stores "its input and output": it keeps only its input. Its memory figures
-# came from a CUDA allocator; on CPU the notebook counts saved tensors with saved_tensors_hooks.
+# require a gradient, block1's parameters get no gradient (only a warning says so). Its memory
+# figures came from a CUDA allocator; on CPU the notebook counts saved tensors with
+# saved_tensors_hooks. Issue 51: the test used to trust the bytes the function reports; it now
+# counts what autograd keeps itself.
 from autograder.grade_cell import grade
 grade(activation_bytes)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# And the price, in time: the same step, timed (the best of three runs).
+# **Why.** Without checkpointing, every operation of every block keeps what its backward
+# needs, and inside a block the activations are 4 times as wide as between blocks; with it, a
+# block keeps one tensor, its input, and its backward rebuilds the rest. And the price, in
+# time: the same step,
+# timed (the best of three runs).
 
 # %%
 seconds = [min(activation_bytes(DEPTH, WIDTH_CK, BATCH, c)[2] for _ in range(3))
@@ -754,10 +864,6 @@ show_bars(["without", "with checkpointing"], {"MiB saved for backward": [
     f"Activation checkpointing, {DEPTH} blocks of width {WIDTH_CK}, batch {BATCH}")
 
 # %% [markdown]
-# Without checkpointing, each block keeps its input (1 row of `width`), the first `Linear`'s
-# output for the GELU (4 rows' worth) and the GELU's output for the second `Linear` (4 more):
-# 9 per block. With it, 1 per block. (Plus the model's output, kept by the loss.)
-#
 # The backward reruns every forward once: in theory one forward more per three (forward +
 # backward ≈ 3 forwards), about 1.33x; small CPU timings are noisy. Checkpointing combines
 # with pipelines: in GPipe it is what keeps the $M$ micro-batches in flight affordable (the
@@ -765,13 +871,15 @@ show_bars(["without", "with checkpointing"], {"MiB saved for backward": [
 #
 # ## Wrap-up
 #
-# * A pipeline of $S$ stages idles $S-1$ steps per phase: $\frac{S-1}{M+S-1}$ of the total
-#   time, $\frac{S-1}{M}$ of the ideal time. More micro-batches, smaller bubble.
+# * The flushed schedules, GPipe and 1F1B, idle $S-1$ steps per phase: $\frac{S-1}{M+S-1}$
+#   of the total time, $\frac{S-1}{M}$ of the ideal time. More micro-batches, smaller bubble.
 # * GPipe holds all $M$ micro-batches' activations; 1F1B, with the same bubble, at most $S$.
-# * Interleaving $v$ chunks per rank divides the bubble by $v$ for $v$ times the messages;
-#   splitting the backward into B and W lets the weight gradients fill the bubble (ZB-H1:
-#   a third of 1F1B's idle time when F, B and W cost the same, for later stages holding as
-#   much as the first).
+# * A stage keeps its input and its graph from each forward to its backward, receives the
+#   gradient of its output from the next stage and sends the gradient of its input back.
+# * Interleaving $v$ chunks per rank divides the bubble by $v$ for $\frac{vS-1}{S-1}$ times
+#   the messages; splitting the backward into B and W lets the weight gradients fill the
+#   bubble (ZB-H1: a third of 1F1B's idle time when F, B and W cost the same, for later stages
+#   holding as much as the first).
 # * `torch.distributed.pipelining` runs these schedules for real and matches the unsplit
 #   model; activation checkpointing trades one more forward for most of the activation memory.
 #

@@ -2,45 +2,80 @@
 otherwise.
 
 Blank numbers as the released cells number them: gpipe_table 1 (forward micro-batch), 2
-(backward micro-batch), 3 (is there one), 4 (the bubble ratio); one_f_one_b_order 1 (warm-up),
-2 (next forward), 3 (oldest backward); run_stage 1 (the peak), 2 (`pop`), 3 (the gradient
-backpropagated), 4 (the gradient sent back); pipelining_step 1 (the stage index), 2 (what is
-passed positionally), 3 (what is passed by keyword).
+(backward micro-batch); one_f_one_b_order 1 (warm-up), 2 (a steady pair); run_stage 1 (what a
+forward keeps), 2 (the backward); interleaved_order 1 (the stage of a backward visit), 2 (the
+warm-up); zb_h1_order 1 (may a waiting W run now); pipelining_step 1 (positional), 2 (keyword);
+predicted_activation_bytes 1 (the formula); activation_bytes 1 (the checkpointed block).
 
-run_stage's peak is measured while it runs (what autograd keeps per micro-batch, the inputs
-still alive after their backward, every send and receive with its bytes and peer), so a peak
-read off the order, or a stash that never lets go, fails whatever number it reports.
+run_stage is watched while it runs (what autograd keeps per micro-batch, the inputs still alive
+after their backward, every send and receive with its bytes and peer), so a stash that never
+lets go, or a gradient that does not come from the next stage, fails whatever it returns.
+activation_bytes is counted from below too (saved_tensors_hooks around the call, and through
+any the function opens): the bytes it reports must be what autograd kept (issue 51's hole: a
+count tuned to the checkpointed total with no checkpointing at all).
 """
 
 from shortcuts import Shortcut
 
-ORDER_PEAK = ("max(peak, max(sum((a[1] == 'F') - (a[1] == 'B') for a in actions[:i + 1]) "
-              "for i in range(len(actions))))")
+BACKWARD = "x, y = stash.pop(mb); y.backward(None if last else receive(nxt, mb)); "
+# the hole of issue 51: no checkpointing, 8 of each block's 9 saved tensors' bytes taken back
+# off the count, so that it reports the checkpointed total
+TUNED = ("[block(h), saved := saved - 8 * h.numel() * h.element_size()][0] if checkpointed "
+         "else block(h)")
 
 SHORTCUTS = [
-    Shortcut("gpipe_table", {2: "t - s", 4: "(S - 1) / (M + S - 1)"},
-             "wrong busy slots behind the closed-form bubble", "needs"),
-    Shortcut("gpipe_table", {3: "0 <= mb < M and t < M", 4: "(S - 1) / (M + S - 1)"},
-             "slots dropped, the ratio typed in", "never"),
+    Shortcut("gpipe_table", {2: "t - s"}, "the backward run as the forward's diagonal",
+             "needs"),
+    Shortcut("gpipe_table", {1: "t", 2: "t"}, "every stage on the same micro-batch", "needs"),
     Shortcut("one_f_one_b_order", {1: "M"}, "all forwards first (GPipe)", "holds"),
     Shortcut("one_f_one_b_order", {1: "0"}, "no warm-up", "takes"),
-    Shortcut("run_stage", {1: ORDER_PEAK, 2: "get"},
-             "the order's peak reported, the stash never freed", "stash"),
-    Shortcut("run_stage", {1: "len(stash)"}, "the count at the last forward, not the most",
-             "reports"),
-    Shortcut("run_stage", {3: "torch.ones_like(y)"}, "ones backpropagated, not the gradient "
-             "received", "gradient"),
-    Shortcut("pipelining_step", {3: '{"target": y, "losses": losses}'},
+    Shortcut("one_f_one_b_order", {2: '[(s, "F", k), (s, "B", k)]'},
+             "the steady pair counted from 0", "twice"),
+    Shortcut("run_stage", {2: "x, y = stash[mb]; y.backward(None if last else receive(nxt, mb)); "
+                              "send(x.grad, prev, mb)"},
+             "the stash never freed", "stash"),
+    Shortcut("run_stage", {2: "x, y = stash.pop(mb); y.backward(None if last else "
+                              "torch.ones(shape)); send(x.grad, prev, mb)"},
+             "ones backpropagated, not the gradient from the next stage", "message"),
+    Shortcut("run_stage", {2: BACKWARD + "send(x.grad, nxt, mb)"},
+             "the input's gradient sent downstream", "message"),
+    Shortcut("interleaved_order", {2: "min((v - 1) * S + 2 * (S - 1 - r), v * M)"},
+             "Megatron's warm-up copied from the Why, not the minimum asked", "holds"),
+    Shortcut("interleaved_order", {2: "min(S - r - 1, len(forwards))"},
+             "1F1B's warm-up, blind to the chunks", "deadlock"),
+    Shortcut("interleaved_order", {1: "c * S + r"},
+             "backwards visiting the chunks as the forwards do", "deadlock"),
+    Shortcut("zb_h1_order", {1: "len(waiting) > 0"}, "every W at once: nothing fills the end",
+             "idle"),
+    Shortcut("zb_h1_order", {1: "False"}, "every W kept to the end", "idle"),
+    Shortcut("pipelining_step", {2: '{"target": y, "losses": losses}'},
              "every rank handed the targets", "only the last stage"),
+    Shortcut("predicted_activation_bytes",
+             {1: "unit * (depth * (2 if checkpointed else 9) + 1)"},
+             "a checkpointed block keeping its input and output", "autograd keeps"),
+    Shortcut("activation_bytes", {1: TUNED},
+             "no checkpointing, the count tuned to the checkpointed total", "only its input"),
+    Shortcut("activation_bytes", {1: "block(h)"}, "no checkpointing at all", "only its input"),
 ]
 
 HONEST = [
-    Shortcut("gpipe_table", {4: "(S - 1) / (M + S - 1)"}, "the bubble in closed form"),
-    Shortcut("gpipe_table", {1: "-s + t", 3: "mb in range(M)", 4: "1 - active / total"},
+    Shortcut("gpipe_table", {1: "-s + t", 2: "t + s - S + 1"}, "reordered"),
+    Shortcut("one_f_one_b_order",
+             {1: "min(M, S - 1 - s)", 2: '[(s, "F", k + warmup), (s, "B", k)]'}, "reordered"),
+    Shortcut("run_stage", {1: "[x, y]",
+                           2: "x, y = stash.pop(mb)\nif last:\n    y.backward()\nelse:\n"
+                              "    y.backward(receive(nxt, mb))\nif not first:\n"
+                              "    send(x.grad.clone(), prev, mb)"},
+             "a list kept, the backward over several lines"),
+    Shortcut("interleaved_order", {1: "(v - c - 1) * S + r",
+                                   2: "min(len(backwards), size * (v - 1) + S - 1 - r)"},
              "reordered"),
-    Shortcut("one_f_one_b_order", {1: "min(M, S - 1 - s)", 2: "k + warmup"}, "reordered"),
-    Shortcut("run_stage", {1: "max(len(stash), peak)", 3: "grad.clone()",
-                           4: "x.grad.clone()"}, "copies sent, max turned round"),
-    Shortcut("pipelining_step", {3: '{"target": y, "losses": losses} if rank + 1 == '
+    Shortcut("zb_h1_order", {1: "len(waiting) >= s + 1"}, "at least s + 1"),
+    Shortcut("pipelining_step", {2: '{"target": y, "losses": losses} if rank + 1 == '
                                     'world_size else {}'}, "the last rank said otherwise"),
+    Shortcut("predicted_activation_bytes",
+             {1: "(depth + 1) * unit if checkpointed else (9 * depth + 1) * unit"},
+             "two formulas"),
+    Shortcut("activation_bytes", {1: "checkpoint(block.forward, h, use_reentrant=False)"},
+             "the bound forward"),
 ]
