@@ -42,7 +42,10 @@ def test_a_rank_that_hangs_fails_one_case_in_seconds():
     """Does a bucketed DDP in which one rank never starts its all-reduces fail on the ranks'
     short timeout (not the launcher's), saying that a rank waited for a message?"""
     stuck = nb.variant("DDPBucketed", 2,
-                    "self._arrived[index] == len(bucket) and dist.get_rank() != 1")
+                       "if self._arrived[index] == len(bucket) and dist.get_rank() != 1: "
+                       "flat = torch.cat([p.grad.flatten() for p in bucket]); "
+                       "self._in_flight.append((dist.all_reduce(flat, async_op=True), bucket, "
+                       "flat))")
     start = time.monotonic()
     complaint = fails("DDPBucketed", stuck)
     assert "never came" in complaint, complaint

@@ -332,11 +332,14 @@ def _wrapper_case(rank, m, cls, case):
                        if call["start"] <= returned and (
                            not call["async"] or (call["waited"] is not None
                                                  and call["waited"] <= returned))]
+            unwaited = [call["bytes"] for call in log.calls
+                        if call["async"] and call["waited"] is None]
             optimizer.step()
             optimizer.zero_grad()
             steps.append({"params": [p.detach().clone() for p in model.parameters()],
                           "sent": rec.summary(), "in_forward": forward,
                           "during_backward": started, "blocked": blocked,
+                          "unwaited": unwaited,
                           "torch_ddp": _torch_ddp_alive(model)})
     return steps
 
@@ -522,10 +525,10 @@ def broadcast_parameters(fn, rng):
 # ---------------------------------------------------------------- section 2
 
 
-def _ddp_oracle(case: dict, m: int) -> list:
+def _ddp_oracle(case: dict, m: int, drop_last: bool = False) -> list:
     """Single-process SGD on the batches DDP's ranks draw together: each epoch, every rank's
-    DistributedSampler (shuffled, padded, epoch set) cut into batches; step i is batch i of
-    every rank, concatenated."""
+    DistributedSampler (shuffled, padded or with the remainder dropped, epoch set) cut into
+    batches; step i is batch i of every rank, concatenated."""
     import torch
     import torch.nn.functional as F
     from torch.utils.data.distributed import DistributedSampler
@@ -536,7 +539,8 @@ def _ddp_oracle(case: dict, m: int) -> list:
     for epoch in range(case["epochs"]):
         orders = []
         for rank in range(m):
-            sampler = DistributedSampler(range(size), num_replicas=m, rank=rank)
+            sampler = DistributedSampler(range(size), num_replicas=m, rank=rank,
+                                         drop_last=drop_last)
             sampler.set_epoch(epoch)
             orders.append(list(sampler))
         for start in range(0, len(orders[0]), batch):
@@ -565,14 +569,21 @@ def ddp_train(fn, rng):
     results = on_ranks(_ddp_train_harness, fn, RANKS, cases)
     for index, case in enumerate(cases):
         m, size = case["world_size"], len(case["y"])
-        padded = f" (not a multiple of {m}: the sampler pads)" if size % m else ""
-        where = (f"world_size={m}, {size} samples{padded}, batch_size={case['batch_size']}, "
+        uneven = f" (not a multiple of {m})" if size % m else ""
+        where = (f"world_size={m}, {size} samples{uneven}, batch_size={case['batch_size']}, "
                  f"epochs={case['epochs']}")
         entries = _entries(results, index, m)
         first_rank_failure(where, entries)
-        want = _ddp_oracle(case, m)
+        names = _param_names(case["spec"])
+        padded = _ddp_oracle(case, m)
+        dropped = _ddp_oracle(case, m, drop_last=True) if size % m else padded
         for rank, (_, params) in enumerate(entries):
-            _check_params(params, want, where, rank, _param_names(case["spec"]))
+            try:  # padded (the sampler's default) or with the remainder dropped: both right
+                _check_params(params, padded, where, rank, names)
+            except AssertionError:
+                if dropped is padded:
+                    raise
+                _check_params(params, dropped, where + ", drop_last=True", rank, names)
 
 
 # ---------------------------------------------------------------- section 3
@@ -647,14 +658,14 @@ def _check_wrapper(cls, rng, buckets: bool) -> None:
         numels = _trainable_numels(spec)
         expected = sorted(_bucket_numels(numels, case["bucket_mb"] * 2**20) if buckets
                           else numels)
+        for rank, (_, steps) in enumerate(entries):  # the idea first: it names what is wrong
+            for step, record in enumerate(steps):
+                _check_step_communication(record, expected, buckets, m,
+                                          f"{where}, step {step + 1}: rank {rank}")
         for step, want in enumerate(oracle):
             here = f"{where}, step {step + 1}"
             for rank, (_, steps) in enumerate(entries):
                 _check_params(steps[step]["params"], want, here, rank, _param_names(spec))
-        for rank, (_, steps) in enumerate(entries):
-            for step, record in enumerate(steps):
-                _check_step_communication(record, expected, buckets, m,
-                                          f"{where}, step {step + 1}: rank {rank}")
 
 
 def _check_step_communication(record: dict, expected: list, buckets: bool, m: int,
@@ -672,8 +683,8 @@ def _check_step_communication(record: dict, expected: list, buckets: bool, m: in
                              "gradients needs all-reduces only (the state was broadcast at "
                              "construction)")
     got = sorted(c["bytes"] // 8 for c in calls)
-    what = ("one per bucket, buckets filled in the order backward makes the gradients ready"
-            if buckets else "one per trainable parameter, each tied one once")
+    what = ("one message per bucket, buckets filled in the order backward makes the gradients "
+            "ready" if buckets else "one per trainable parameter, each tied one once")
     if got != expected:
         raise AssertionError(f"{here} all-reduced tensors of {fmt(got, 12)} elements; "
                              f"expected {fmt(expected, 12)} ({what})")
@@ -683,14 +694,19 @@ def _check_step_communication(record: dict, expected: list, buckets: bool, m: in
     if m > 1 and record["during_backward"] != len(got):
         unit = "bucket" if buckets else "parameter"
         raise AssertionError(f"{here}: {record['during_backward']} of its {len(got)} "
-                             "all-reduces had started when backward returned; each "
-                             f"{unit}'s should start during backward, from its gradient "
-                             "hook, as soon as its gradients are ready")
+                             "all-reduces had started when backward returned: no overlap "
+                             f"with backward. Each {unit}'s should start during backward, "
+                             "from its gradient hook, as soon as its gradients are complete")
     if m > 1 and record["blocked"]:
         raise AssertionError(f"{here}: backward waited for {len(record['blocked'])} "
                              "all-reduce(s) of its own hooks to finish (a blocking call, or a "
-                             "wait() in the hook): the hook should only start it, so that "
-                             "backward goes on computing while the gradients travel")
+                             "wait() in the hook): no overlap. The hook should only start it, "
+                             "so that backward goes on computing while the gradients travel")
+    if m > 1 and record["unwaited"]:
+        raise AssertionError(f"{here}: {len(record['unwaited'])} asynchronous all-reduce(s) "
+                             "were never waited for before optimizer.step(): the step must "
+                             "wait for every handle, or it reads gradients whose all-reduce "
+                             "has not landed")
 
 
 @exercise
