@@ -165,7 +165,7 @@ def test_are_unknown_exercises_and_notebooks_without_any_refused(tmp_path):
                        "that exports to torchrun; these are: hello_allreduce, ring_allreduce_p2p"):
         export(source_path("01_collectives"), ["ring_allreduce"], tmp_path)
     with pytest.raises(ExportError, match="defines none of the exercises"):
-        export(source_path("02_cost_models"), [], tmp_path)
+        export(source_path("07_hybrid"), [], tmp_path)
     with pytest.raises(ExportError, match="no such notebook"):
         export(tmp_path / "missing.ipynb", [], tmp_path)
 
