@@ -16,13 +16,14 @@ from distlab.source.markers import blank_source
 
 ASSIGNMENT = "07_hybrid"
 nb = Notebook(ASSIGNMENT)
-PURE = ["mesh_coords", "group_ranks", "group_bytes", "layout_memory"]
-ON_RANKS = ["TPBlock", "train_2d", "train_3d"]
+PURE = ["mesh_coords", "group_ranks", "group_bytes", "layout_memory", "choose_layout"]
+ON_RANKS = ["TPBlock", "train_2d", "shard_2d", "train_3d"]
 
 
 @pytest.mark.parametrize(("wrong", "says"), [
-    ("None", "over the world (all 2 ranks, here also its TP group) instead of its DP group"),
-    ('groups["tp"]', "in its TP group"),
+    ("dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)",
+     "over the world (all 2 ranks, here also its TP group) instead of its DP group"),
+    ('dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=groups["tp"])', "in its TP group"),
 ])
 def test_a_gradient_averaged_in_the_wrong_group_is_named(wrong, says):
     """Does a gradient all-reduced over the world, or over the TP group, fail with a message
@@ -34,14 +35,25 @@ def test_a_gradient_averaged_in_the_wrong_group_is_named(wrong, says):
 def test_a_block_that_multiplies_by_the_whole_weights_fails():
     """Does a block that keeps whole fc1 and fc2 and skips g (right numbers, no TP) fail on
     what each rank holds?"""
-    variant = nb.variant("TPBlock", 1, "(block.fc1.weight, block.fc1.bias)")
-    _, cell, _ = reference.locate("TPBlock")
-    answered = [b.answer for b in reference.locate("TPBlock")[2]]
-    source = cell.source.replace(answered[0], "(block.fc1.weight, block.fc1.bias)", 1) \
-        .replace(answered[1], "block.fc2.weight", 1) \
-        .replace(answered[2], "x + F.linear(h, self.w2) + self.b2", 1)
-    assert source != cell.source and variant is not None
-    assert "holds parameters of shapes" in fails("TPBlock", nb.define("TPBlock", source))
+    variant = nb.variant_of("TPBlock", {1: "block.fc1.weight, block.fc1.bias, block.fc2.weight",
+                                        2: "x + F.linear(h, self.w2) + self.b2"})
+    assert "holds parameters of shapes" in fails("TPBlock", variant)
+
+
+def test_a_replica_counted_from_the_global_rank_fails_in_a_grid_of_two_stages():
+    """Does rank // TP as the replica (right while PP is 1) fail, naming the DP group?"""
+    tp = 'dist.get_world_size(groups["tp"])'
+    variant = nb.variant("train_2d", 1, f"(dist.get_rank() // {tp}, "
+                                        f"dist.get_world_size() // {tp})")
+    complaint = fails("train_2d", variant)
+    assert "PP 2" in complaint and "in its DP group" in complaint, complaint
+
+
+def test_blocks_left_as_fsdp_roots_fail_on_the_budget():
+    """Does shard_2d without the whole model's unit (each block a root, whole from forward to
+    backward: the run's 2 all-gathers for 2 blocks) fail, naming the root?"""
+    complaint = fails("shard_2d", nb.variant("shard_2d", 2, "pass"))
+    assert "all-gather" in complaint and "root" in complaint, complaint
 
 
 @pytest.mark.parametrize("name", PURE + ON_RANKS)
@@ -102,7 +114,8 @@ def test_the_grid_picture_colours_every_group(monkeypatch):
 
     shown = []
     monkeypatch.setattr(collectives, "_show", lambda fig, text: shown.append(text))
-    hybrid.show_grid((2, 2, 2), reference.reference("group_ranks"))
+    hybrid.show_grid((2, 2, 2), reference.reference("group_ranks"),
+                     reference.reference("mesh_coords"))
     (text,) = shown
     assert "tp groups [[0, 1], [2, 3], [4, 5], [6, 7]]" in text, text
     assert "pp groups [[0, 4], [1, 5], [2, 6], [3, 7]]" in text, text

@@ -260,15 +260,22 @@ def _groups_for_learner(groups):
 
 
 def _run_2d(fn, rank, case):
+    import torch
     from torch import nn
 
     groups = _subgroups(case["shape"])
     model = nn.Sequential(*[_tp_block(b, groups["tp"][0]) for b in
                             _model(case["blocks"], case["hidden"], case["ff"], case["seed"])])
     x, y = _batch(case["rows"], case["seq"], case["hidden"], case["seed"])
+    seen = []
+    hook = model.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
     with recording(saved=False) as rec:
         fn(model, x, y, _groups_for_learner(groups), steps=case["steps"], lr=case["lr"])
-    return {"params": [p.detach().clone() for p in model.parameters()], "rec": rec.summary()}
+    hook.remove()
+    rows = None if not seen else [next((i for i in range(len(x)) if torch.equal(row, x[i])), -1)
+                                  for row in seen[0]]
+    return {"params": [p.detach().clone() for p in model.parameters()], "rec": rec.summary(),
+            "rows": rows}
 
 
 def _run_3d(fn, rank, case):
@@ -298,6 +305,48 @@ def _2d_harness(rank, world_size, fn, cases):
 
 def _3d_harness(rank, world_size, fn, cases):
     return _harness(rank, world_size, fn, _run_3d, cases)
+
+
+def _shard_2d_harness(rank, world_size, fn, cases):
+    return _harness(rank, world_size, fn, _run_shard_2d, cases)
+
+
+def _run_shard_2d(fn, rank, case):
+    """The learner's shard_2d on a (dp, tp) DeviceMesh, then SGD: placements, the first
+    step's collectives by kind, what the trained model computes on a new input."""
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    mesh = init_device_mesh("cpu", case["mesh"], mesh_dim_names=("dp", "tp"))
+    model = _model(case["blocks"], case["hidden"], case["ff"], case["seed"])
+    model = fn(model, mesh) or model
+    placements = {name: [repr(pl) for pl in getattr(p, "placements", ())]
+                  for name, p in model.named_parameters()}
+    d, n_d = mesh["dp"].get_local_rank(), mesh["dp"].size()
+    x, y = (t.chunk(n_d)[d] for t in _batch(case["rows"], case["seq"], case["hidden"],
+                                             case["seed"]))
+    x = x.clone().requires_grad_()
+    optimizer = torch.optim.SGD(model.parameters(), lr=case["lr"])
+    counts = CommDebugMode()
+    try:
+        for step in range(case["steps"]):
+            optimizer.zero_grad()
+            with counts if step == 0 else contextlib.nullcontext():
+                F.mse_loss(model(x), y).backward()
+            optimizer.step()
+    except Exception as err:  # noqa: BLE001 - judged after the placements
+        return {"placements": placements, "error": f"{type(err).__name__}: {err}"
+                .splitlines()[0]}
+    calls = {str(op).split(".")[-1].strip("_"): int(n)
+             for op, n in counts.get_comm_counts().items()}
+    probe = _batch(3, case["seq"], case["hidden"], case["seed"] + 7)[0]
+    with torch.no_grad():  # the trained model, judged by what it computes
+        out = model(probe)
+    return {"placements": placements, "calls": calls, "out": out.detach().clone()}
 
 
 def _entries(results, index):
@@ -482,12 +531,30 @@ def _check_dp_average(where, rank, rec, shape, n, n_params, steps, blocks):
                          f"the TP blocks' {2 * blocks} per step in its TP group {tp_ranks}")
 
 
+def _check_rows(where, rank, rows, shape, total):
+    """The rows of the batch the rank's model saw: its replica's, by its index in its DP
+    group (recorded by a forward hook of the harness)."""
+    p, d, _ = _oracle_coords(rank, shape)
+    dp = shape[1]
+    dp_ranks = next(g for g in _oracle_groups(shape, 1) if rank in g)
+    want = list(range(d * total // dp, (d + 1) * total // dp))
+    if rows is not None and rows != want:
+        stage = f" (in pipeline stage {p})" if shape[0] > 1 else ""
+        raise AssertionError(f"{where}: rank {rank}{stage} trained on rows {rows} of the batch; "
+                             f"it is replica {d} of {dp} in its DP group {dp_ranks}, whose rows "
+                             f"are {want}: a rank's replica is its index in its DP group, not "
+                             "a count from its global rank")
+
+
 @exercise
 def train_2d(fn, rng):
     from distlab import require_filled
 
     require_filled(fn)
-    layouts = {1: [(1, 1, 1)], 2: [(1, 2, 1), (1, 1, 2)], 4: [(1, 2, 2), (1, 4, 1), (1, 1, 4)]}
+    # (2, 2, 1): a grid of 2 pipeline stages, each training its own copy: a replica index from
+    # global-rank arithmetic (rank // TP, world // TP replicas) holds only where PP is 1
+    layouts = {1: [(1, 1, 1)], 2: [(1, 2, 1), (1, 1, 2)],
+               4: [(1, 2, 2), (1, 4, 1), (1, 1, 4), (2, 2, 1)]}
     for n, shapes in layouts.items():
         cases = []
         for shape in shapes:
@@ -500,17 +567,20 @@ def train_2d(fn, rng):
         results = on_ranks(_2d_harness, fn, n, cases)
         for index, case in enumerate(cases):
             shape = case["shape"]
-            where = (f"world_size={n}, {_layout_text(shape)[7:]}, {case['blocks']} block(s), "
+            layout = _layout_text(shape) if shape[0] > 1 else _layout_text(shape)[7:]
+            where = (f"world_size={n}, {layout}, {case['blocks']} block(s), "
                      f"hidden={case['hidden']}, ff={case['ff']}, {case['rows']} rows")
             entries = _entries(results, index)
             first_rank_failure(where, entries)
             model, whole = _train_plain(case["blocks"], case["hidden"], case["ff"], case["seq"],
                                         case["rows"], case["seed"], case["steps"], case["lr"])
             for rank, (_, got) in enumerate(entries):
+                _check_rows(where, rank, got["rows"], shape, case["rows"])
                 _check_dp_average(where, rank, got["rec"], shape, n, 6 * case["blocks"],
                                   case["steps"], case["blocks"])
                 _check_params(where, rank, got["params"], model, shape)
-                _check_share(where, rank, got["rec"]["flops"], whole, shape)
+                # each pipeline stage of the grid trains its own copy of the whole model here
+                _check_share(where, rank, got["rec"]["flops"], whole, (1, *shape[1:]))
 
 
 @exercise
@@ -620,3 +690,111 @@ def layout_memory(fn, rng):
         check_close(fn(psi, dp, tp, pp, zero1), want,
                     f"layout_memory({psi:g}, dp={dp}, tp={tp}, pp={pp}, zero1={zero1})",
                     "the bytes per GPU", rtol=1e-9)
+
+
+# ---------------------------------------------------------------- PyTorch's API and the layout
+
+
+@exercise
+def shard_2d(fn, rng):
+    import torch
+
+    from distlab import require_filled
+
+    require_filled(fn)
+    cases = []
+    for blocks in (2, 3):
+        cases.append({"mesh": (2, 2), "blocks": blocks, "hidden": int(rng.integers(2, 6)),
+                      "ff": 2 * int(rng.integers(1, 4)), "seq": int(rng.integers(1, 3)),
+                      "rows": 2 * int(rng.integers(1, 3)), "seed": int(rng.integers(1000)),
+                      "steps": 2, "lr": float(rng.uniform(0.05, 0.2))})
+    results = on_ranks(_shard_2d_harness, fn, 4, cases)
+    for index, case in enumerate(cases):
+        blocks = case["blocks"]
+        where = (f"4 ranks, DeviceMesh (dp 2, tp 2), {blocks} blocks, hidden={case['hidden']}, "
+                 f"ff={case['ff']}")
+        entries = _entries(results, index)
+        first_rank_failure(where, entries)
+        model, _ = _train_plain(blocks, case["hidden"], case["ff"], case["seq"], case["rows"],
+                                case["seed"], case["steps"], case["lr"])
+        for rank, (_, got) in enumerate(entries):
+            for k in range(blocks):
+                for layer, dim, kind in (("fc1", 0, "output"), ("fc2", 1, "input")):
+                    name = f"{k}.{layer}.weight"
+                    placed = got["placements"].get(name, [])
+                    if len(placed) != 2:
+                        raise AssertionError(f"{where}: rank {rank}'s {name} is placed {placed} "
+                                             "on the mesh: every weight of a block is split "
+                                             "over TP and sharded over DP")
+                    if placed[1] != f"Shard(dim={dim})":
+                        raise AssertionError(
+                            f"{where}: rank {rank}'s {name} is placed {placed[1]} over TP; "
+                            f"the Megatron MLP splits {layer}'s {kind} features (Shard(dim="
+                            f"{dim}) of its (out, in) weight), so that fc1's split output is "
+                            "fc2's split input")
+            if "error" in got:
+                raise AssertionError(f"{where}: rank {rank}'s training raised {got['error']}")
+            probe = _batch(3, case["seq"], case["hidden"], case["seed"] + 7)[0]
+            with torch.no_grad():
+                want = model(probe)
+            check_tensor(got["out"], want, where, rank, "the trained model's output on a new "
+                         "input", "the model after single-process SGD gives")
+            gathers = sum(n for op, n in got["calls"].items() if "allgather" in op
+                          or "all_gather" in op)
+            if gathers != 2 * blocks:
+                raise AssertionError(
+                    f"{where}: rank {rank}'s first step made {gathers} all-gather(s) for "
+                    f"{blocks} blocks, {got['calls']}; within ZeRO-3's budget each block is "
+                    "gathered for its forward, freed, and gathered again for its backward: "
+                    f"{2 * blocks}. A unit that no other unit holds is a root, and FSDP2 "
+                    "keeps a root's weights gathered from its forward to its backward")
+
+
+def _oracle_layout(rows, limit):
+    fitting = [layout for layout, nbytes in rows if nbytes <= limit]
+    return min(fitting, key=lambda layout: (layout[1] * layout[2], layout[2])) \
+        if fitting else None
+
+
+def _oracle_candidates(psi, gpus, gpus_per_node, zero1):
+    rows = []
+    for tp in (t for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0):
+        for pp in (p for p in range(1, gpus // tp + 1) if gpus % (tp * p) == 0):
+            dp = gpus // (tp * pp)
+            rows.append(((dp, tp, pp), (4 + 12 / (dp if zero1 else 1)) * psi / (tp * pp)))
+    return rows
+
+
+@exercise
+def choose_layout(fn, rng):
+    cases = [(1e12, 3072, 8, False, 60e9), (1e12, 3072, 8, True, 60e9),
+             (1e9, 64, 8, False, 60e9), (1e10, 16, 8, False, 60e9),
+             (4e9, 16, 4, False, 30e9), (1e13, 64, 8, False, 60e9)]
+    for _ in range(40):
+        gpus = int(2 ** rng.integers(0, 9) * 3 ** rng.integers(0, 2))
+        cases.append((float(10 ** rng.uniform(8, 12)), gpus, int(rng.choice([1, 2, 4, 8])),
+                      bool(rng.random() < 0.5), float(rng.choice([16e9, 40e9, 60e9]))))
+    for psi, gpus, per_node, zero1, limit in cases:
+        rows = _oracle_candidates(psi, gpus, per_node, zero1)
+        order = rng.permutation(len(rows))
+        rows = [rows[int(k)] for k in order]
+        want = _oracle_layout(rows, limit)
+        where = (f"choose_layout(the layouts of {psi:.3g} parameters on {gpus} GPUs, "
+                 f"{per_node} a server, zero1={zero1}, limit {limit / 1e9:g} GB)")
+        got = fn(list(rows), limit)
+        if got is None or want is None:
+            if got != want:
+                raise AssertionError(f"{where} is {got}, expected {want}")
+            continue
+        try:
+            got = tuple(int(v) for v in got)
+        except (TypeError, ValueError):
+            raise AssertionError(f"{where} returned {got!r}: expected (dp, tp, pp)") from None
+        if got != want:
+            fits = dict(rows).get(got, float("inf")) <= limit
+            raise AssertionError(
+                f"{where} is dp, tp, pp = {got}, expected {want}" + (
+                    ": it does not fit" if not fits else
+                    f": of the layouts that fit, {want} uses less model parallelism "
+                    "(TP x PP) or, as much, fewer pipeline stages"
+                    if (want[1] * want[2], want[2]) < (got[1] * got[2], got[2]) else ""))

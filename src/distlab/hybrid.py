@@ -1,11 +1,12 @@
 """Pictures and a per-group byte counter for notebook 07 (DP x TP x PP on one grid of ranks).
 
-    show_grid((2, 2, 2), groups_of)      # the grid, one panel per dimension, a colour per group
+    show_grid((2, 2, 2), groups_of, coords_of)  # the grid, a panel per dimension, a colour
+                                         # per group, each rank drawn at coords_of(rank, shape)
     with count_by_group(names) as calls: # on a rank: every all_reduce / send / recv made
         ...                              # through torch.distributed, with its group's ranks
     calls.bytes_by("tp")                 # message bytes of the calls in the group named "tp"
     show_bytes(rows)                     # predicted vs measured bytes per group, as bars
-    show_layouts(rows, memory)           # memory per GPU of every layout, the limit drawn
+    show_layouts(rows, limit, title, label)  # memory per GPU of every layout, the limit drawn
 
 Nothing here computes a coordinate, a group, a split or a cost: the notebook's exercises do.
 (matplotlib is imported by the pictures only: the counter runs on ranks.)
@@ -24,10 +25,11 @@ DIMS = ("pp", "dp", "tp")
 _COUNTED = {"all_reduce": "tensor", "send": "tensor", "recv": "tensor", "broadcast": "tensor"}
 
 
-def show_grid(shape, groups_of, title: str = ""):
+def show_grid(shape, groups_of, coords_of, title: str = ""):
     """The ranks of a (pp, dp, tp) grid as pp panels of dp rows and tp columns, drawn three
     times: each rank coloured by its PP group, its DP group, its TP group. `groups_of(shape,
-    dim)` lists the groups of dimension dim (0 pp, 1 dp, 2 tp) as lists of ranks."""
+    dim)` lists the groups of dimension dim (0 pp, 1 dp, 2 tp) as lists of ranks;
+    `coords_of(rank, shape)` is where a rank is drawn, (p, d, t)."""
     import matplotlib.pyplot as plt
 
     from distlab.collectives import _show
@@ -41,8 +43,7 @@ def show_grid(shape, groups_of, title: str = ""):
         colour = {rank: k for k, ranks in enumerate(groups) for rank in ranks}
         lines.append(f"{name} groups {groups}")
         for rank in range(pp * dp * tp):
-            p, rest = divmod(rank, dp * tp)  # drawn where the ranks are numbered to sit
-            d, t = divmod(rest, tp)
+            p, d, t = (int(c) for c in coords_of(rank, shape))
             x, y = p * (tp + 0.6) + t, -d
             k = colour.get(rank)
             ax.add_patch(plt.Rectangle((x, y), 0.92, 0.92, color="lightgrey" if k is None
@@ -144,18 +145,19 @@ def show_bytes(rows: list, title: str):
         f"{group}: " + ", ".join(f"{c} {v:.0f} B" for c, v in row.items()) for group, row in rows))
 
 
-def show_layouts(rows: list, memory: float, title: str):
-    """rows: (label, bytes per GPU, chosen?) of every layout; bars, the memory limit a line."""
+def show_layouts(rows: list, limit: float, title: str, limit_label: str = "memory limit"):
+    """rows: (label, bytes per GPU, chosen?) of every layout; bars, `limit` a line named
+    `limit_label`: green the chosen layout, blue the others within the limit."""
     import matplotlib.pyplot as plt
 
     from distlab.collectives import _show
 
     fig, ax = plt.subplots(figsize=(8, 3.2))
     values = [nbytes / 1e9 for _, nbytes, _ in rows]
-    colours = ["tab:green" if chosen else "tab:blue" if nbytes <= memory else "lightgrey"
+    colours = ["tab:green" if chosen else "tab:blue" if nbytes <= limit else "lightgrey"
                for _, nbytes, chosen in rows]
     ax.bar(range(len(rows)), values, color=colours)
-    ax.axhline(memory / 1e9, color="tab:red", linestyle="--", label="memory per GPU")
+    ax.axhline(limit / 1e9, color="tab:red", linestyle="--", label=limit_label)
     ax.set_xticks(range(len(rows)), [label for label, _, _ in rows], rotation=90, fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("GB per GPU")
