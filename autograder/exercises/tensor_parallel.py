@@ -13,7 +13,8 @@ every element a forward op writes (a broadcast multiply-and-sum does a matmul's 
 matmul), against 1/N of the single-device layer's. The layers' backward runs with torch's
 warnings recorded on the rank: a `dist.all_reduce` in place of g passes backward as the identity
 with only a warning ("an autograd kernel was not registered"), which the grader's quiet() would
-hide; here it fails the case.
+hide; here it fails the case. `mlp_bytes` (a prediction) is checked against the ring's bytes
+of each layout's collectives, which the notebook's check also measures.
 
 As in notebook 01, one module-level harness runs on the ranks (it travels by value, as the
 learner's function does: checks.on_ranks), in its own process group with a short timeout: a
@@ -30,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from autograder.exercises import exercise
 from autograder.exercises.checks import case as _case
 from autograder.exercises.checks import (
+    check_close,
     check_tensor,
     describe,
     first_rank_failure,
@@ -677,6 +679,38 @@ def tp_attention(fn, rng):
         if refused:
             _check_refused(refused, _entries(results, len(specs)), "the heads cannot be split "
                            "evenly")
+
+
+# ---------------------------------------------------------------- the bytes, predicted
+
+
+def _ring(kind: str, n: int, numbers: int, itemsize: int) -> float:
+    """The bytes one rank sends in a ring collective of a tensor of `numbers` numbers."""
+    share = (n - 1) / n
+    return (2 * share if kind == "all_reduce" else share) * numbers * itemsize
+
+
+@exercise
+def mlp_bytes(fn, rng):
+    cases = [(1, 2, 3, 12, 4), (2, 8, 16, 64, 4), (4, 8, 16, 16, 4), (4, 3, 5, 20, 8)]
+    cases += [(int(rng.integers(2, 65)), int(rng.integers(1, 513)), int(rng.integers(1, 4097)),
+               0, int(rng.choice([1, 2, 4, 8]))) for _ in range(8)]
+    for n, b, d, h, s in cases:
+        h = h or d * int(rng.integers(1, 9))
+        where = f"mlp_bytes(world_size={n}, b={b}, d={d}, h={h}, s={s})"
+        try:
+            got = fn(n, b, d, h, s)
+        except Exception as err:  # noqa: BLE001 - any crash of learner code fails the case
+            raise AssertionError(f"{where}: raised {type(err).__name__}: {err}".splitlines()[0]
+                                 ) from None
+        if not isinstance(got, list | tuple) or len(got) != 2:
+            raise AssertionError(f"{where}: returned {got!r}, expected a pair of numbers")
+        yours = _ring("all_reduce", n, b * d, s)  # g: the output's partial sums
+        rows_twice = _ring("all_gather", n, b * h, s) + _ring("all_gather", n, b * d, s)
+        check_close(got[0], yours, where, "the bytes of tp_mlp's layout (what the recorder "
+                    "measures for its forward)")
+        check_close(got[1], rows_twice, where, "the bytes of the layout that cuts both weights "
+                    "into bands of rows (what the recorder measures for its forward)")
 
 
 # ---------------------------------------------------------------- sequence parallelism

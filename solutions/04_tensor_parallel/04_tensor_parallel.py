@@ -17,7 +17,8 @@
 # 4. A tensor-parallel MLP and attention layer: which way to cut each weight, and where the
 #    communication goes, checked against the single-device layers: output, input gradient,
 #    every weight gradient.
-# 5. The communication, measured, and sequence parallelism.
+# 5. The communication of two MLP layouts, predicted as formulas, then measured; and sequence
+#    parallelism.
 #
 # **How to use this notebook.** As in 01 and 02: replace each `_____` with code (the comment
 # after it, `# [n] ...`, is a hint for blank *n*), run the cell, then the check below it, which
@@ -73,11 +74,9 @@ print([piece.tolist() for piece in torch.arange(6).chunk(4)], "<- torch.chunk(4)
 #
 # box = [torch.empty(1, 3) for _ in range(world_size)]   # one slot per rank
 # dist.all_gather(box, torch.full((1, 3), float(rank)))  # fills box[q] with rank q's tensor
-# # now box == [[[0, 0, 0]], [[1, 1, 1]]] on both of 2 ranks; torch.cat(box, dim=0) stacks them
+# # now box == [tensor([[0., 0., 0.]]), tensor([[1., 1., 1.]])] on both of 2 ranks
 # ```
 #
-# `torch.cat(tensors, dim=d)` joins tensors along dimension `d`; a negative `d` counts from the
-# end (`-1` is the last dimension, whatever the number of dimensions before it).
 # `F.linear(x, w, b)` is `x @ w.T + b`, as `nn.Linear` computes it (`b` may be left out).
 #
 # ## 1. A weight cut into bands of rows
@@ -163,8 +162,8 @@ grade(column_parallel_forward)
 # %% [markdown]
 # **Why.** Output feature $j$ needs only row $j$ of the weight and entry $j$ of the bias, so
 # rank $r$'s rows give it complete **columns** of $y$, with no communication; the ranks then
-# only have to put the columns side by side: an **all-gather** along the last dimension, in
-# rank order. A ring all-gather sends $\frac{N-1}{N}S$ per rank, $S$ the bytes of $y$.
+# only have to put the columns side by side: an **all-gather**. A ring all-gather sends
+# $\frac{N-1}{N}S$ per rank, $S$ the bytes of $y$.
 #
 # ## 2. A weight cut into bands of columns
 #
@@ -257,10 +256,22 @@ grade(row_parallel_forward)
 #
 # **The situation, rows cut (section 1).** Rank $r$ produced only its columns
 # $y_r = xW_r^\top + b_r$, so $\bar y_r$, its columns of $\bar y$, is what flows back to it.
-# What it can compute alone is given: the gradients of its rows of the weight and entries of
-# the bias, and $\bar y_r W_r$, its rows' share of the path from $x$ to the loss. **At the
-# end** every rank must hold $\partial L/\partial x$ **of the whole layer**: $x$ reached the
-# loss through every rank's rows. (2-D inputs here.)
+# **At the end** every rank must hold $\partial L/\partial x$ (whole, the gradient of the
+# whole layer's loss) and the gradients of its own rows of the weight and entries of the bias.
+# (2-D inputs here.)
+#
+# **A bug to fix.** Seed code of this course writes this backward as below. Its weight and
+# bias gradients are wrong and so is its $\partial L/\partial x$ (run it and compare with
+# autograd, if you like):
+#
+# ```python
+# grad_w = grad_y_shard.t() @ x;   dist.all_reduce(grad_w)
+# grad_b = grad_y_shard.sum(dim=0); dist.all_reduce(grad_b)
+# grad_x = grad_y_shard @ w_shard
+# ```
+#
+# The weight and bias gradients are given below without the collectives; write the lines
+# that produce $\partial L/\partial x$.
 
 # %% solution="column_parallel_backward"
 def column_parallel_backward(rank, world_size, x, w_shard, grad_y_shard):
@@ -273,8 +284,7 @@ def column_parallel_backward(rank, world_size, x, w_shard, grad_y_shard):
     """
     grad_w = grad_y_shard.t() @ x
     grad_b = grad_y_shard.sum(dim=0)
-    grad_x = grad_y_shard @ w_shard  # through this rank's rows only: (batch, in_features)
-    dist.all_reduce(grad_x)  # BLANK dL/dx of the whole layer, on every rank # SHAPE `which collective is the idea; its call form is section 1's API box, and section 4's demo (after this check) calls it` # ACCEPT `dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)` # REJECT `pass` `dist.all_reduce(grad_w)` `dist.all_reduce(grad_x, op=dist.ReduceOp.AVG)`
+    grad_x = grad_y_shard @ w_shard; dist.all_reduce(grad_x)  # BLANK `grad_x = grad_y_shard @ w_shard; dist.all_reduce(grad_x)` dL/dx, fixed (a few statements) # SHAPE `a debug blank: the seed's buggy lines are shown above, the fix is where the collective goes` # ACCEPT `grad_x = grad_y_shard @ w_shard; dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)` # REJECT `grad_x = grad_y_shard @ w_shard` `grad_x = grad_y_shard @ w_shard; dist.all_reduce(grad_w)` `grad_x = grad_y_shard @ w_shard; dist.all_reduce(grad_x, op=dist.ReduceOp.AVG)`
     return grad_x, grad_w, grad_b
 
 
@@ -347,9 +357,9 @@ def row_parallel_backward(rank, world_size, x_shard, w_shard, grad_y, input_is_s
     """
     grad_w = grad_y.t() @ x_shard
     grad_b = grad_y.sum(dim=0)
-    grad_x = grad_y @ w_shard  # the gradient of this rank's features: (batch, in_features / N)
+    grad_x = grad_y @ w_shard  # the gradient of this rank's features of x
     if not input_is_split:
-        pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=-1)  # BLANK `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=-1)` all of dL/dx, (batch, in_features), on every rank # ACCEPT `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x.contiguous()); grad_x = torch.cat(pieces, dim=1)` # REJECT `pass` `dist.all_reduce(grad_x)` `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=0)`
+        pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=-1)  # BLANK `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=-1)` dL/dx as the docstring asks when the input was whole (a few statements) # ACCEPT `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x.contiguous()); grad_x = torch.cat(pieces, dim=1)` # REJECT `pass` `dist.all_reduce(grad_x)` `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=0)`
     return grad_x, grad_w, grad_b
 
 
@@ -428,11 +438,13 @@ for rank, (y, grad, said) in enumerate(run(autograd_through_all_reduce, world_si
 
 # %% [markdown]
 # On torch 2.13 autograd ran the all-reduce's backward as the **identity**: each rank got only
-# its own $L_r$'s share, 1 and 2 instead of 3. `torch.distributed`'s collectives have no
-# gradient formula; autograd lets the gradient through unchanged and says so only in a warning,
-# which a training script rarely shows. (An all-gather into a list is worse in another way: its
-# output does not require grad at all, so the graph is cut silently.) The gradients are wrong,
-# and nothing fails.
+# its own $L_r$'s share, 1 and 2 instead of 3. The in-place c10d calls (`dist.all_reduce`,
+# `dist.all_gather`, ...) have no gradient formula; autograd lets the gradient through unchanged
+# and says so only in a warning, which a training script rarely shows. (PyTorch also has
+# differentiable versions, `torch.distributed.nn.functional.all_reduce`, `all_gather`, ...,
+# whose backward is written out; here you write it yourself, to see what it must be.) An
+# all-gather into a list is worse in another way: its output does not require grad at all, so
+# the graph is cut silently. The gradients are wrong, and nothing fails.
 #
 # Megatron-LM therefore puts every collective inside a `torch.autograd.Function`, which states
 # its backward explicitly. Such a Function has two static methods: `forward(ctx, inputs...)`
@@ -476,12 +488,14 @@ print("Scale: x.grad =", x.grad.tolist())
 #
 # **At the end** the gradient each returns must be the gradient of the training loss (computed
 # once, by the same code on every rank) with respect to its input, on every rank. Write their
-# backward passes. (`megatron_f_g()` returns the two classes: made by a function, so that every
-# function below can get them with one call, on whatever rank it runs.)
+# backward passes, as two functions of the gradient each receives (the classes call them).
+# (`megatron_f_g()` returns the two classes: made by a function, so that every function below
+# can get them with one call, on whatever rank it runs.)
 
 # %% solution="megatron_f_g" drill
 def megatron_f_g():
     """(f, g): Megatron-LM's operators, as autograd Functions on the default group."""
+    f_backward, g_backward = all_reduce_sum, (lambda grad: grad)  # BLANK `f_backward, g_backward = all_reduce_sum, (lambda grad: grad)` the backward pass of f, then of g: two functions of the gradient # ACCEPT `f_backward, g_backward = (lambda grad: all_reduce_sum(grad)), (lambda grad: grad.clone())` # REJECT `f_backward, g_backward = (lambda grad: grad), all_reduce_sum` `f_backward, g_backward = (lambda grad: grad), (lambda grad: grad)` `f_backward, g_backward = all_reduce_sum, all_reduce_sum`
 
     class f(torch.autograd.Function):
         """Where a tensor-parallel region begins: x is whole on every rank."""
@@ -492,7 +506,7 @@ def megatron_f_g():
 
         @staticmethod
         def backward(ctx, grad):
-            return all_reduce_sum(grad)  # BLANK the gradient of the loss with respect to x # ACCEPT `all_reduce_sum(grad.clone())` # REJECT `grad` `grad * dist.get_world_size()`
+            return f_backward(grad)
 
     class g(torch.autograd.Function):
         """Where a tensor-parallel region ends: every rank holds a partial sum."""
@@ -503,7 +517,7 @@ def megatron_f_g():
 
         @staticmethod
         def backward(ctx, grad):
-            return grad  # BLANK the gradient of the loss with respect to this rank's partial sum # ACCEPT `grad.clone()` # REJECT `all_reduce_sum(grad)` `grad / dist.get_world_size()`
+            return g_backward(grad)
 
     return f, g
 
@@ -534,8 +548,8 @@ for rank, (grad_x, grad_p) in enumerate(run(try_f_g, world_size=2)):
     assert grad_p == 10.0, f"rank {rank}: g's backward gave {grad_p:g}, the loss's is 10"
 print("✓ f and g give the gradients of the loss")
 
-# %% tests="megatron_f_g_tests" points=2
-# Hidden tests (2 points): 1, 2 and 4 ranks, random tensors and gradients, float32 and float64:
+# %% tests="megatron_f_g_tests" points=1
+# Hidden tests (1 point): 1, 2 and 4 ranks, random tensors and gradients, float32 and float64:
 # each direction of f and g against values computed here, and what each rank did in each.
 ### BEGIN HIDDEN TESTS
 # Seed 002 gives the conjugate operators as hand-written forward/backward methods of
@@ -552,7 +566,7 @@ grade(megatron_f_g)
 # sum enters the total with weight 1, and every rank already holds the same
 # $\partial L/\partial y$, so its backward is the **identity**: the all-reduce that autograd
 # got wrong in the first demo is right here, but only because g says so, for the situation where
-# it is used. f and g are **conjugate**: the forward of one is the backward of the other.
+# it is used.
 #
 # ## 5. The tensor-parallel MLP
 #
@@ -577,26 +591,25 @@ print(f"GeLU(a + b) = {F.gelu(a + b).item():.4f}, GeLU(a) + GeLU(b) = "
 # `shard`). Choose the cuts, then place f and g; autograd does the rest.
 
 # %% solution="tp_mlp"
-def tp_mlp(rank, world_size, x, w1, b1, w2, b2):
+def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
     """GeLU(x @ w1.T + b1) @ w2.T + b2, tensor-parallel over the ranks.
 
     x: (..., d); w1: (h, d), b1: (h,), w2: (d, h), b2: (d,): the full parameters (they may
     require grad: gradients flow into the parts this rank uses). Returns the whole output,
-    (..., d), on every rank.
+    (..., d), on every rank. ops: the pair of autograd Functions to use, Megatron's (f, g) by
+    default (section 8 passes another pair).
     """
-    f, g = megatron_f_g()
-    w1_mine, b1_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0)  # BLANK this rank's part of the first layer # ACCEPT `w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank]` `shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=-1)` # REJECT `shard(w1, rank, world_size, dim=1), b1` `w1, b1`
-    w2_mine = shard(w2, rank, world_size, dim=1)  # BLANK this rank's part of the second layer # ACCEPT `shard(w2, rank, world_size, dim=-1)` `w2.chunk(world_size, dim=1)[rank]` # REJECT `shard(w2, rank, world_size, dim=0)` `w2`
-    hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine))  # BLANK this rank's hidden activation, after GeLU # ACCEPT `F.gelu(f.apply(x) @ w1_mine.t() + b1_mine)` # REJECT `F.gelu(F.linear(x, w1_mine, b1_mine))` `F.gelu(F.linear(g.apply(x), w1_mine, b1_mine))`
-    return g.apply(F.linear(hidden, w2_mine)) + b2  # BLANK the whole output, on every rank # ACCEPT `g.apply(hidden @ w2_mine.t()) + b2` # REJECT `F.linear(hidden, w2_mine) + b2` `g.apply(F.linear(hidden, w2_mine, b2))` `all_reduce_sum(F.linear(hidden, w2_mine)) + b2`
+    f, g = ops or megatron_f_g()
+    w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); y = g.apply(F.linear(hidden, w2_mine)) + b2  # BLANK `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); y = g.apply(F.linear(hidden, w2_mine)) + b2` this rank's parts of the weights, its hidden activation, and the whole output y (a few statements) # ACCEPT `w1_mine, b1_mine, w2_mine = w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank], shard(w2, rank, world_size, dim=-1); hidden = F.gelu(f.apply(x) @ w1_mine.t() + b1_mine); y = g.apply(hidden @ w2_mine.t()) + b2` # REJECT `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); y = F.linear(hidden, w2_mine) + b2` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(x, w1_mine, b1_mine)); y = g.apply(F.linear(hidden, w2_mine)) + b2` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); y = g.apply(F.linear(hidden, w2_mine, b2))` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); y = all_reduce_sum(F.linear(hidden, w2_mine)) + b2`
+    return y
 
 
 # %% [markdown]
 # The check runs one forward and backward on 2 and on 4 ranks and compares with the
 # single-device MLP: the output and $\partial L/\partial x$ on every rank, and every weight
-# gradient (a rank's gradient is zero outside the part it used, so the ranks' gradients added
-# must give the single-device one; $b_2$'s is whole on every rank). It prints the collectives of
-# rank 0 and torch's warnings, if any.
+# gradient (a rank's gradient is zero outside the part it used, so the ranks' gradients added,
+# or, for a parameter that every rank uses whole, each rank's, must give the single-device
+# one). It prints the collectives of rank 0 and torch's warnings, if any.
 
 # %%
 require_filled(megatron_f_g)  # names any blank still empty
@@ -633,16 +646,16 @@ for n in (2, 4):
         assert torch.allclose(y_r, y), f"{n} ranks: rank {rank}'s output"
         assert torch.allclose(grad_x, x_leaf.grad), f"{n} ranks: rank {rank}'s dL/dx"
     for k, param in enumerate(mlp.parameters()):
-        total = sum(values[2 + k] for values, _, _ in results)
-        if names[k] == "b2":  # used whole: every rank holds the whole gradient
-            total = total / n
-        assert torch.allclose(total, param.grad), f"{n} ranks: the gradient of {names[k]}"
+        each = [values[2 + k] for values, _, _ in results]
+        assert (torch.allclose(sum(each), param.grad)
+                or all(torch.allclose(grad, param.grad) for grad in each)), \
+            f"{n} ranks: the gradient of {names[k]}"
     print(f"{n} ranks: output, dL/dx and every weight gradient equal the single-device MLP's; "
           "no warning")
 print("✓ tp_mlp is the MLP, forward and backward")
 
-# %% tests="tp_mlp_tests" points=4
-# Hidden tests (4 points): 1, 2 and 4 ranks, random shapes, float32 and float64: output, input
+# %% tests="tp_mlp_tests" points=1
+# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64: output, input
 # gradient and every weight gradient against autograd on one process (with a correct f and g);
 # what each rank did, forward and backward: its collectives, its warnings, and its work.
 ### BEGIN HIDDEN TESTS
@@ -653,29 +666,14 @@ grade(tp_mlp)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **Why: Megatron's argument** (Shoeybi et al., 2019, §3). Cut $W_1$ by its columns (its
-# input features, as in section 2) and every rank holds a *partial sum* of $xW_1^\top$; since
-# $\mathrm{GeLU}(a + b) \ne \mathrm{GeLU}(a) + \mathrm{GeLU}(b)$, the partial sums would have to
-# be all-reduced **before** the GeLU, a $b \times h$ message, and then again after the second
-# layer. Cut $W_1$ by its **rows** (its hidden units, section 1: column-parallel) instead and
-# each rank holds complete hidden units; GeLU acts on each unit alone, so it runs on the split
-# activation as it is, with no communication. That activation is already split the way a
-# **row-parallel** $W_2$ (cut by its columns, the same hidden units) reads it (section 2), and
-# the second layer leaves partial sums: one all-reduce, **g**, at the end, with $b_2$ added
-# once after it; **f** at the start makes the backward pass sum the ranks' terms of
-# $\partial L/\partial x$ (section 3). The picture shows the result.
-
-# %%
-show_matrices([("x (batch x d)", 3, 4, None, "whole, every rank"),
-               ("W1 (h x d)", 8, 4, "rows", "bands of rows"),
-               ("GeLU(x W1ᵀ + b1)", 3, 8, "cols", "rank r: its hidden units"),
-               ("W2 (d x h)", 4, 8, "cols", "bands of columns"),
-               ("y", 3, 4, "partial", "partial sums, then g, + b2")],
-              world_size=4, title="the Megatron MLP on 4 ranks: the hidden units split",
-              description="Tensor-parallel MLP on 4 ranks: rank r owns a band of hidden units, "
-                          "which are rows of W1 (h x d) and the same-coloured columns of W2 "
-                          "(d x h); the hidden activation stays split through the GeLU, and "
-                          "only the output's partial sums are all-reduced, by g.")
+# **Why: Megatron's argument** (Shoeybi et al., 2019, §3). Cut $W_1$ by its input features
+# and every rank holds a *partial sum* of each hidden unit's input; since
+# $\mathrm{GeLU}(a + b) \ne \mathrm{GeLU}(a) + \mathrm{GeLU}(b)$, those partial sums would have
+# to be summed **before** the GeLU, a $b \times h$ message, and the output again after the
+# second layer. Cut $W_1$ by its hidden units instead and each rank holds *complete* hidden
+# units; GeLU acts on each unit alone, so it runs on the split activation as it is. That split
+# activation is exactly what a second layer cut along the same hidden units can read, and the
+# only message left is the one that puts the output together.
 
 # %% [markdown]
 # ## 6. Attention with its heads split
@@ -729,14 +727,8 @@ def tp_attention(rank, world_size, x, wq, wk, wv, wo, bo, num_heads):
     if num_heads % world_size != 0:
         raise ValueError(f"{num_heads} heads cannot be split evenly over {world_size} ranks")
     f, g = megatron_f_g()
-    head_dim = x.shape[-1] // num_heads
-    local_heads = num_heads // world_size  # on this rank
-    rows = slice(rank * local_heads * head_dim, (rank + 1) * local_heads * head_dim)  # BLANK the rows of wq, wk and wv that compute this rank's heads # REJECT `slice(rank * local_heads, (rank + 1) * local_heads)` `slice((rank + 1) * local_heads * head_dim, (rank + 2) * local_heads * head_dim)` # ACCEPT `slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size)`
-    xf = f.apply(x)
-    q, k, v = (split_heads(F.linear(xf, w[rows]), local_heads) for w in (wq, wk, wv))
-    out = merge_heads(attend(q, k, v))  # (batch, seq, local_heads * head_dim)
-    partial = F.linear(out, wo[:, rows])  # BLANK `wo[:, rows]` the part of the output projection that this rank's heads meet # REJECT `wo[rows]` `wo`
-    return g.apply(partial) + bo
+    rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo  # BLANK `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo` this rank's heads, and the whole output y (a few statements) # ACCEPT `head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in (wq, wk, wv)); y = g.apply(merge_heads(attend(q, k, v)) @ wo[:, rows].t()) + bo` # REJECT `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[rows])) + bo` `rows = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo` `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows], bo))`
+    return y
 
 
 # %%
@@ -772,8 +764,8 @@ for n in (2, 4):
           "gradient match")
 print("✓ tp_attention is the attention layer, forward and backward")
 
-# %% tests="tp_attention_tests" points=2
-# Hidden tests (2 points): 1, 2 and 4 ranks, random shapes and head counts, float32 and
+# %% tests="tp_attention_tests" points=1
+# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes and head counts, float32 and
 # float64: output, input gradient and every weight gradient against autograd on one process
 # (with a correct f and g); what each rank did, and its work.
 ### BEGIN HIDDEN TESTS
@@ -784,10 +776,10 @@ grade(tp_attention)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **Why.** A head is a band of rows of $W_q$, $W_k$ and $W_v$ (column-parallel, as $W_1$ was)
-# and the matching band of *columns* of $W_o$ (row-parallel, as $W_2$): the MLP's pattern, with
-# f before and g after, and the attention itself runs on each rank for its heads, with no
-# communication.
+# **Why.** A rank's heads need only their own queries, keys and values, so the attention itself
+# runs on each rank for its heads with no communication, as the GeLU did for its hidden units;
+# their outputs meet only in the output projection, whose partial sums are the one message.
+# The picture shows the layout.
 
 # %%
 show_matrices([("x (batch x seq x d)", 3, 4, None, "whole, every rank"),
@@ -795,12 +787,12 @@ show_matrices([("x (batch x seq x d)", 3, 4, None, "whole, every rank"),
                 ["heads 0-1", "heads 2-3", "heads 4-5", "heads 6-7"]),
                ("Wo (d x d)", 8, 8, "cols", "bands of columns",
                 ["heads 0-1", "heads 2-3", "heads 4-5", "heads 6-7"]),
-               ("y", 3, 4, "partial", "partial sums, then g, + bo")],
+               ("y", 3, 4, "partial", "a partial sum per rank")],
               world_size=4, title="attention on 4 ranks: 8 heads, 2 per rank",
               description="Tensor-parallel attention with 8 heads on 4 ranks: each head is a "
                           "band of rows of Wq, Wk and Wv and the matching band of columns of "
-                          "Wo; rank r holds 2 whole heads, computes their attention alone, and "
-                          "the output projection's partial sums are all-reduced, by g.")
+                          "Wo; rank r holds 2 whole heads and computes their attention alone; "
+                          "the output projection leaves a partial sum on every rank.")
 
 # %% [markdown]
 # ## 7. What it costs, measured
@@ -809,13 +801,86 @@ show_matrices([("x (batch x seq x d)", 3, 4, None, "whole, every rank"),
 # its name, whether autograd's backward pass called it, the size $S$ of the whole tensor it
 # reduces or gathers, and the bytes one rank sends if the collective runs as a ring (notebook
 # 01): $2\frac{N-1}{N}S$ for an all-reduce, $\frac{N-1}{N}S$ for an all-gather or a
-# reduce-scatter. Here is one step of your MLP, with a batch of $b$ rows of $d$ float32
-# numbers:
+# reduce-scatter.
+#
+# **Predict before you run.** Two layouts compute the same MLP on $N$ ranks: yours (`tp_mlp`),
+# and one that cuts *both* weights into bands of rows, as in section 1, calling
+# `column_parallel_forward` for each layer. For a batch of $b$ rows of width $d$, $h$ hidden
+# units and $s$ bytes a number, how many bytes does one rank send in the **forward** pass of
+# each? Write both as formulas; the check measures them.
+
+# %% solution="mlp_bytes"
+def mlp_bytes(world_size, b, d, h, s):
+    """(yours, rows_twice): the bytes one rank sends in the forward pass of the MLP, in tp_mlp's
+    layout and in the layout that cuts both weights into bands of rows (ring collectives)."""
+    n = world_size
+    yours, rows_twice = 2 * (n - 1) / n * b * d * s, (n - 1) / n * b * (h + d) * s  # BLANK `yours, rows_twice = 2 * (n - 1) / n * b * d * s, (n - 1) / n * b * (h + d) * s` both formulas # ACCEPT `yours, rows_twice = 2 * (n - 1) * b * d * s / n, (n - 1) * (b * h * s + b * d * s) / n` # REJECT `yours, rows_twice = 2 * (n - 1) / n * b * h * s, (n - 1) / n * b * (h + d) * s` `yours, rows_twice = 2 * (n - 1) / n * b * d * s, 2 * (n - 1) / n * b * d * s` `yours, rows_twice = 2 * (n - 1) / n * b * d * s, (n - 1) / n * b * h * s` `yours, rows_twice = 4 * (n - 1) / n * b * d * s, (n - 1) / n * b * (h + d) * s`
+    return yours, rows_twice
+
+
+# %% [markdown]
+# The check runs both layouts, forward only, on 2 and 4 ranks, for $h = 4d$ and $h = d$, and
+# compares what rank 0 sent with your formulas.
 
 # %%
-require_filled(tp_mlp)  # names any blank still empty
+require_filled(mlp_bytes)  # names any blank still empty
+require_filled(tp_mlp)
+require_filled(column_parallel_forward)
 
 
+def forward_bytes(rank, world_size, x, w1, b1, w2, b2):
+    with torch.no_grad(), count_collectives() as yours:
+        y = tp_mlp(rank, world_size, x, w1, b1, w2, b2)
+    with count_collectives() as rows_twice:
+        hidden = column_parallel_forward(rank, world_size, x, shard(w1, rank, world_size, 0),
+                                         shard(b1, rank, world_size, 0))
+        y2 = column_parallel_forward(rank, world_size, F.gelu(hidden),
+                                     shard(w2, rank, world_size, 0), shard(b2, rank, world_size, 0))
+    assert torch.allclose(y, y2, atol=1e-5), "both layouts compute the same MLP"
+    return yours, rows_twice
+
+
+ROWS = 8  # b
+x32 = torch.randn(ROWS, D)
+for n in (2, 4):
+    for hidden_units in (4 * D, D):
+        w1, b1 = torch.randn(hidden_units, D) / D**0.5, torch.randn(hidden_units)
+        w2, b2 = torch.randn(D, hidden_units) / hidden_units**0.5, torch.randn(D)
+        measured = run(forward_bytes, x32, w1, b1, w2, b2, world_size=n)[0]
+        sent = [sum(c.sent for c in calls) for calls in measured]
+        predicted = mlp_bytes(n, ROWS, D, hidden_units, 4)
+        h = "4d" if hidden_units == 4 * D else "d"
+        print(f"N = {n}, h = {h}: yours {len(measured[0])} collective(s), {sent[0]:g} B "
+              f"(predicted {predicted[0]:g}); rows twice {len(measured[1])}, {sent[1]:g} B "
+              f"(predicted {predicted[1]:g})")
+        for got, want, which in zip(sent, predicted, ("yours", "rows twice"), strict=True):
+            assert abs(got - want) < 1e-6, f"N = {n}, h = {h}: {which}: measured {got:g} B"
+print("✓ your formulas predict what the ranks sent")
+
+# %% tests="mlp_bytes_tests" points=1
+# Hidden tests (1 point): the two formulas for random world sizes, batches, widths, hidden
+# sizes and bytes per number, against the ring's bytes of each layout's collectives.
+### BEGIN HIDDEN TESTS
+from autograder.grade_cell import grade
+grade(mlp_bytes)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Why not two row-cut layers?** Yours sends one all-reduce of $b \times d$; the other
+# all-gathers the first layer's output ($b \times h$, because the second layer needs its whole
+# input) and then the second's ($b \times d$). The ratio is $\frac{h + d}{2d}$: **2.5** for
+# the usual $h = 4d$, 1 for $h = d$, so the "twice the communication" one often reads is right
+# only for $h = 3d$; and it is two messages instead of one. In the backward pass yours sends
+# one all-reduce of $b \times d$; the other needs one collective per layer: the second layer's
+# input was all-gathered, so the gradient of its input is a sum over the ranks of which each
+# rank keeps only its own hidden units, a **reduce-scatter** of $b \times h$
+# ($\frac{N-1}{N}\,b\,h\,s$, half what an all-reduce of it would send), and the first layer's
+# input gradient an all-reduce of $b \times d$: $\frac{h + 2d}{2d} = 3$ times yours for
+# $h = 4d$.
+#
+# One training step of your MLP, forward and backward, on 2 and 4 ranks:
+
+# %%
 def count_mlp(rank, world_size, x, w1, b1, w2, b2, grad_y):
     leaves = [t.clone().requires_grad_() for t in (x, w1, b1, w2, b2)]
     with count_collectives() as calls:
@@ -824,71 +889,15 @@ def count_mlp(rank, world_size, x, w1, b1, w2, b2, grad_y):
     return calls
 
 
-ROWS = 8  # b
 params32 = [p.float() for p in params]
-x32, grad_y32 = torch.randn(ROWS, D), torch.randn(ROWS, D)
+grad_y32 = torch.randn(ROWS, D)
 for n in (2, 4):
     calls = run(count_mlp, x32, *params32, grad_y32, world_size=n)[0]
     print(f"--- {n} ranks\n{format_calls(calls)}")
-    formula = 2 * (2 * (n - 1) / n * ROWS * D * 4)  # two all-reduces of b x d float32
-    assert [(c.name, c.backward) for c in calls] == [("all_reduce", False), ("all_reduce", True)]
-    assert sum(c.sent for c in calls) == formula
-    print(f"formula: 2 all-reduces x 2(N-1)/N x {ROWS}x{D}x4 bytes = {formula:g} bytes ✓")
+    step = sum(c.sent for c in calls)
+    assert step == 2 * mlp_bytes(n, ROWS, D, H, 4)[0], "the backward sends what the forward does"
+print("✓ one step sends twice the forward's bytes")
 
-# %% [markdown]
-# ### Why not two column-parallel layers?
-#
-# The alternative cuts both weights by rows (section 1 twice): the first layer's output must
-# then be all-gathered, because the second needs its whole input, and the second's output
-# too. It is often said that this *doubles* the communication. Count it. Per rank, for a batch
-# of $b$ rows, $s$ bytes per number, forward pass:
-#
-# * column + row: one all-reduce of $b \times d$: $\;2\frac{N-1}{N}\, b\,d\,s$;
-# * column + column: all-gathers of $b \times h$ and $b \times d$:
-#   $\;\frac{N-1}{N}\, b\,(h + d)\,s$.
-#
-# The ratio is $\frac{h + d}{2d}$: **2.5** for the usual $h = 4d$, 1 for $h = d$, so "double"
-# is right only for $h = 3d$. Column + column also sends two messages instead of one. In the
-# backward pass, column + row sends one all-reduce of $b \times d$ (f's); column + column needs
-# one per layer: the second layer's input was all-gathered, so the gradient of its input is a
-# sum over the ranks of which each rank needs only its own hidden units, a **reduce-scatter**
-# of $b \times h$ ($\frac{N-1}{N}\,b\,h\,s$, half the bytes an all-reduce of it would send), and
-# the first layer's input gradient an all-reduce of $b \times d$ ($2\frac{N-1}{N}\,b\,d\,s$):
-# $\frac{h + 2d}{2d} = 3$ times column + row's for $h = 4d$. Measured with your functions,
-# forward only:
-
-# %%
-require_filled(column_parallel_forward)  # names any blank still empty
-
-
-def forward_bytes(rank, world_size, x, w1, b1, w2, b2):
-    with torch.no_grad(), count_collectives() as column_row:
-        y = tp_mlp(rank, world_size, x, w1, b1, w2, b2)
-    with count_collectives() as column_column:
-        hidden = column_parallel_forward(rank, world_size, x, shard(w1, rank, world_size, 0),
-                                         shard(b1, rank, world_size, 0))
-        y2 = column_parallel_forward(rank, world_size, F.gelu(hidden),
-                                     shard(w2, rank, world_size, 0), shard(b2, rank, world_size, 0))
-    assert torch.allclose(y, y2, atol=1e-5), "both layouts compute the same MLP"
-    return column_row, column_column
-
-
-n = 4
-for hidden_units in (4 * D, D):
-    w1, b1 = torch.randn(hidden_units, D) / D**0.5, torch.randn(hidden_units)
-    w2, b2 = torch.randn(D, hidden_units) / hidden_units**0.5, torch.randn(D)
-    column_row, column_column = run(forward_bytes, x32, w1, b1, w2, b2, world_size=n)[0]
-    sent_cr, sent_cc = (sum(c.sent for c in calls) for calls in (column_row, column_column))
-    h = "4d" if hidden_units == 4 * D else "d"
-    print(f"h = {h}, {n} ranks: column+row {len(column_row)} collective ({sent_cr:g} B), "
-          f"column+column {len(column_column)} collectives ({sent_cc:g} B): "
-          f"ratio {sent_cc / sent_cr:g}")
-    assert sent_cr == 2 * (n - 1) / n * ROWS * D * 4
-    assert sent_cc == (n - 1) / n * ROWS * (hidden_units + D) * 4
-    assert abs(sent_cc / sent_cr - (hidden_units + D) / (2 * D)) < 1e-12
-print("✓ measured bytes equal the formulas; the ratio is (h + d) / 2d, not 2")
-
-# %% [markdown]
 # ### One transformer layer
 #
 # A layer is attention then the MLP, each with a residual and a layer norm (which every rank
@@ -922,17 +931,20 @@ backward = [c for c in calls if c.backward]
 assert {c.name for c in calls} == {"all_reduce"}
 assert all(c.shape == (B, L, D) for c in calls), "every all-reduce is batch x seq x d"
 assert (len(forward), len(backward)) == (2, 2), (len(forward), len(backward))
-show_comm_table([("tensor parallel", "2 all-reduce: g, g", "2 all-reduce: f, f")],
+show_comm_table([("tensor parallel", f"{len(forward)} {forward[0].name}",
+                  f"{len(backward)} {backward[0].name}")],
                 title=f"all-reduces per transformer layer, each of b x s x d = {B}x{L}x{D} "
                       "numbers (measured, 2 ranks)")
 print("✓ 2 all-reduces forward, 2 backward")
 
 # %% [markdown]
-# Every one of these all-reduces is on the critical path: the next layer cannot start before
-# it ends. That is why tensor parallelism stays inside a node, on the fastest links (NVLink),
-# typically $N \le 8$, while data and pipeline parallelism cross nodes. (Notebook 05 adds
-# activation recomputation: a layer that recomputes its forward pass during the backward pass
-# runs its g all-reduces again, 2 more per layer.)
+# In this code every one of these all-reduces blocks: the next layer cannot start before it
+# ends. (Production systems such as Megatron-LM and Transformer Engine hide part of it by
+# overlapping the communication with matmuls, but a layer still waits on its inputs.) That is
+# why tensor parallelism usually stays inside a node, on the fastest links (NVLink), typically
+# $N \le 8$, while data and pipeline parallelism cross nodes. (Notebook 05 adds activation
+# recomputation: a layer that recomputes its forward pass during the backward pass runs its
+# forward all-reduces again, 2 more per layer.)
 #
 # ## 8. Sequence parallelism
 #
@@ -941,7 +953,9 @@ print("✓ 2 all-reduces forward, 2 backward")
 # keeps the whole activation for the backward pass. Megatron-LM's sequence parallelism
 # (Korthikanti et al., 2022, "Reducing Activation Recomputation in Large Transformer Models")
 # splits that region along the **sequence** instead: each rank handles $s/N$ positions, which
-# layer norm and dropout allow, as they treat each position alone.
+# layer norm and dropout allow, as they treat each position alone. (Dropout then needs a
+# random stream per rank, so that the ranks do not drop the same pattern on different
+# positions; Megatron-LM keeps one with its RNG tracker.)
 #
 # **The situation.** Megatron orders activations as **(sequence, batch, d)**, so the sequence is
 # dimension 0. At the end of a block every rank holds a partial sum `t` over *every* position
@@ -951,15 +965,20 @@ print("✓ 2 all-reduces forward, 2 backward")
 # than g's one all-reduce. The single-tensor collectives split and join along dimension 0:
 #
 # ```python
-# # on 2 ranks, rank r holds a = [[r, r], [r, r], [r, r], [r, r]] (4 x 2)
-# half = torch.empty(2, 2)
-# dist.reduce_scatter_single(half, a, op=dist.ReduceOp.SUM)   # rank r: rows 2r, 2r+1 of the sum
-# four = torch.empty(4, 2)
-# dist.all_gather_single(four, half)                          # every rank's `half`, stacked
+# # 2 ranks; rank r holds v = [r+1, r+1, r+1, r+1, r+1, r+1]
+# mine = torch.empty(3)
+# dist.reduce_scatter_single(mine, v, op=dist.ReduceOp.SUM)  # elementwise sum, cut in 2:
+# # rank 0 gets [3, 3, 3], rank 1 gets the other 3 entries of the sum
+#
+# # 3 ranks; rank r holds u = [10 r]
+# out = torch.empty(3)
+# dist.all_gather_single(out, u)  # out == [0, 10, 20] on every rank
 # ```
 #
-# (In torch 2.13 the older names `reduce_scatter_tensor` and `all_gather_into_tensor` warn
-# that they are deprecated; gloo runs both `_single` forms.)
+# (On torch 2.13, `dist.reduce_scatter_tensor` and `dist.all_gather_into_tensor`, the older
+# names of these two calls, still work but warn "... is deprecated. Please use
+# `torch.distributed.reduce_scatter_single` (`all_gather_single`) instead"; gloo runs both
+# `_single` forms.)
 
 # %% solution="sp_all_reduce"
 def sp_all_reduce(rank, world_size, t):
@@ -974,7 +993,7 @@ def sp_all_reduce(rank, world_size, t):
                          "ranks")
     part = t.new_zeros((t.shape[0] // world_size, *t.shape[1:]))
     total = torch.empty_like(t)
-    dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); dist.all_gather_single(total, part)  # BLANK `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); dist.all_gather_single(total, part)` this rank's rows of the sum into part, then the whole sum into total # ACCEPT `dist.reduce_scatter_single(part, t); dist.all_gather_single(total, part)` # REJECT `dist.all_reduce(t); part.copy_(t.chunk(world_size)[rank]); total.copy_(t)` `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); total.copy_(t)`
+    dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); dist.all_gather_single(total, part)  # BLANK `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); dist.all_gather_single(total, part)` fill part and total (a few statements) # ACCEPT `dist.reduce_scatter_single(part, t); dist.all_gather_single(total, part)` # REJECT `dist.all_reduce(t); part.copy_(t.chunk(world_size)[rank]); total.copy_(t)` `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); total.copy_(t)`
     return total, part
 
 
@@ -1054,28 +1073,29 @@ def scatter_rows(t):
 def sp_f_g():
     """(enter, leave): the sequence-parallel operators, as autograd Functions on the default
     group."""
+    enter_backward, leave_backward = scatter_rows, gather_rows  # BLANK `enter_backward, leave_backward = scatter_rows, gather_rows` the backward pass of enter, then of leave: two functions of the gradient # ACCEPT `enter_backward, leave_backward = (lambda grad: scatter_rows(grad.clone())), (lambda grad: gather_rows(grad))` # REJECT `enter_backward, leave_backward = gather_rows, scatter_rows` `enter_backward, leave_backward = all_reduce_sum, gather_rows` `enter_backward, leave_backward = scatter_rows, all_reduce_sum` `enter_backward, leave_backward = (lambda grad: grad), (lambda grad: grad)`
 
     class enter(torch.autograd.Function):
-        """Where a tensor-parallel block begins: each rank holds its positions, (s / N, ...)."""
+        """Where a tensor-parallel block begins."""
 
         @staticmethod
         def forward(ctx, part):
-            return gather_rows(part)  # every position, for the column-parallel layer: (s, ...)
+            return gather_rows(part)
 
         @staticmethod
         def backward(ctx, grad):
-            return scatter_rows(grad)  # BLANK the gradient of the loss with respect to this rank's positions, (s / N, ...) # REJECT `grad` `all_reduce_sum(grad)` # ACCEPT `scatter_rows(grad.clone())`
+            return enter_backward(grad)
 
     class leave(torch.autograd.Function):
-        """Where it ends: each rank holds a partial sum over every position, (s, ...)."""
+        """Where it ends."""
 
         @staticmethod
         def forward(ctx, partial):
-            return scatter_rows(partial)  # this rank's positions of the sum: (s / N, ...)
+            return scatter_rows(partial)
 
         @staticmethod
         def backward(ctx, grad):
-            return gather_rows(grad)  # BLANK the gradient of the loss with respect to this rank's partial sum, (s, ...) # REJECT `grad` `scatter_rows(grad)`
+            return leave_backward(grad)
 
     return enter, leave
 
@@ -1120,8 +1140,8 @@ for rank, got in enumerate(run(try_sp_f_g, parts, sp_weights, sp_grads, world_si
     assert torch.allclose(got, want[rank]), f"rank {rank}: the gradient of its positions"
 print("✓ enter and leave give the gradients of the loss")
 
-# %% tests="sp_f_g_tests" points=2
-# Hidden tests (2 points): 1, 2 and 4 ranks, random shapes, float32 and float64: each
+# %% tests="sp_f_g_tests" points=1
+# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64: each
 # direction of enter and leave against the values computed here, and what each rank did in
 # each.
 ### BEGIN HIDDEN TESTS
@@ -1135,30 +1155,27 @@ grade(sp_f_g)
 # sum of every rank's gradient for those positions: a **reduce-scatter** (each rank gets its own
 # positions of the sum). `leave` takes each rank's partial sum into every rank's positions of
 # the total with weight 1, so the gradient of a partial sum is every rank's gradient for its
-# own positions, side by side: an **all-gather**. The backward of each is the forward of the
-# other, as for f and g; in the backward pass the two again send the bytes of one all-reduce.
+# own positions, side by side: an **all-gather**. In the backward pass the two again send the
+# bytes of one all-reduce.
 #
 # The pair around the MLP block of a sequence-parallel layer: its input arrives as this rank's
-# positions; layer norm on those; `enter`; the column-parallel layer, GeLU, the row-parallel
-# layer; `leave`; this rank's positions of the output. It equals the tensor-parallel block on
+# positions; layer norm on those; then your `tp_mlp`, with `enter` and `leave` in place of f
+# and g; out come this rank's positions of the output. It equals the tensor-parallel block on
 # the same positions and sends the same bytes (forward only here).
 
 # %%
 require_filled(tp_mlp)  # names any blank still empty
+require_filled(sp_f_g)
 
 
 def sp_mlp_block(rank, world_size, x, w1, b1, w2, b2):
     """x: (seq, batch, d), of which this rank reads only its positions. Returns its positions
     of the output, and the collectives it called."""
-    enter, leave = sp_f_g()
     x_mine = shard(x, rank, world_size, dim=0)  # (seq / N, batch, d): all this rank gets
     with torch.no_grad(), count_collectives() as calls:
         normed = F.layer_norm(x_mine, (D,))  # on seq / N positions only
-        w1_mine, b1_mine = w1.tensor_split(world_size)[rank], b1.tensor_split(world_size)[rank]
-        every_position = enter.apply(normed)  # (seq, batch, d)
-        hidden = F.gelu(F.linear(every_position, w1_mine, b1_mine))  # section 5's cuts
-        out = leave.apply(F.linear(hidden, w2.tensor_split(world_size, dim=1)[rank]))
-    return out + b2, calls
+        out = tp_mlp(rank, world_size, normed, w1, b1, w2, b2, ops=sp_f_g())
+    return out, calls
 
 
 def tp_mlp_block(rank, world_size, x, w1, b1, w2, b2):
@@ -1182,23 +1199,18 @@ print("✓ the sequence-parallel block equals the tensor-parallel one, for the s
 # %% [markdown]
 # ## Wrap-up
 #
-# * Weight cut by rows (column-parallel): split the output features (and the bias); each rank
-#   computes its columns of the output alone; whoever needs the whole output all-gathers it;
-#   the input gradient needs an all-reduce.
-# * Weight cut by columns (row-parallel): split the input features; the partial sums need an
-#   all-reduce forward, and the bias is added once, after it; no communication backward when
-#   the input arrived split, an all-gather of the input gradient when it was whole.
-# * The weight gradients of the shards never need communication within tensor parallelism.
-# * Autograd runs `dist.all_reduce`'s backward as the identity, with only a warning: every
-#   collective goes inside an autograd Function that states its backward. Megatron's f
-#   (identity / all-reduce) and g (all-reduce / identity) around a column-then-row pair: the
-#   first cut keeps whole hidden units, so the non-linearity needs no communication; one
-#   all-reduce forward and one backward per MLP and per attention block, 2 + 2 per layer. Two
-#   column-parallel layers would send $\frac{h+d}{2d}$ times as many bytes forward (2.5 for
-#   $h = 4d$).
-# * Sequence parallelism: the same bytes as reduce-scatter + all-gather, with the norm region
-#   sharded along the sequence; its operators gather forward and reduce-scatter backward where a
-#   block begins, and the reverse where it ends.
+# Questions to answer in your own words, without looking back:
+#
+# * Which cut of a weight lets each rank finish its part of the output alone, and which one
+#   leaves every rank with something that is not yet an answer? What must the ranks then do,
+#   and where does the bias go?
+# * In the backward pass, which gradients of a split layer never leave their rank, and why
+#   do the others?
+# * What does autograd do with an in-place collective, and why is that silently wrong?
+# * Why does the MLP's first layer get cut along its hidden units and not its inputs, and what
+#   does that save?
+# * How do the bytes of the two MLP layouts grow with $h$? When is one "twice" the other?
+# * What does sequence parallelism change, and what does it cost in bytes?
 #
 # **Next.** Notebook 05 cuts the model the other way, into consecutive stages: pipeline
 # parallelism.

@@ -28,6 +28,9 @@ def _padded(t: str) -> str:
             "for q in range(world_size)], dim=-1)")
 
 
+MLP_CUTS = ("w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), "
+            "shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); ")
+
 BROADCAST_FIRST_LAYER = ("F.gelu(((f.apply(x)[..., None, :] * w1).sum(-1) + b1)"
                          ".chunk(world_size, dim=-1)[rank])")
 
@@ -48,9 +51,10 @@ SHORTCUTS = [
              "the partial sums all-gathered and added locally", "all_reduce"),
     # their backward
     Shortcut("column_parallel_backward",
-             {1: f"grad_x.copy_({_gathered('grad_y_shard', 1)} @ {_gathered('w_shard')})"},
+             {1: f"grad_x = {_gathered('grad_y_shard', 1)} @ {_gathered('w_shard')}"},
              "the whole weight and dL/dy gathered, dL/dx recomputed whole", "all_reduce"),
-    Shortcut("column_parallel_backward", {1: _summed_by_gather("grad_x")},
+    Shortcut("column_parallel_backward",
+             {1: "grad_x = grad_y_shard @ w_shard; " + _summed_by_gather("grad_x")},
              "the terms of dL/dx all-gathered and added locally", "all_reduce"),
     Shortcut("row_parallel_backward", {1: f"grad_x = grad_y @ {_gathered('w_shard', 1)}"},
              "the whole weight gathered for dL/dx", "all_gather"),
@@ -58,36 +62,53 @@ SHORTCUTS = [
              {1: f"grad_x = {_padded('grad_x')}; dist.all_reduce(grad_x)"},
              "zero-padded columns of dL/dx all-reduced", "all_gather"),
     # f and g
-    Shortcut("megatron_f_g", {1: "(lambda t: (" + _summed_by_gather("t") + ", t)[1])"
-                                 "(grad.clone())"},
+    Shortcut("megatron_f_g",
+             {1: "f_backward, g_backward = (lambda grad: (lambda t: (" + _summed_by_gather("t")
+                 + ", t)[1])(grad.clone())), (lambda grad: grad)"},
              "f's backward sum from an all-gather", "all_reduce"),
-    Shortcut("megatron_f_g", {2: "all_reduce_sum(grad * 0) + grad"},
+    Shortcut("megatron_f_g",
+             {1: "f_backward, g_backward = all_reduce_sum, (lambda grad: all_reduce_sum(grad * 0) "
+                 "+ grad)"},
              "a needless all-reduce in g's backward", "no communication"),
     # the MLP (full weights: choosing the part is the exercise)
-    Shortcut("tp_mlp", {4: "all_reduce_sum(F.linear(hidden, w2_mine)) + b2"},
+    Shortcut("tp_mlp", {1: MLP_CUTS + "hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); "
+                           "y = all_reduce_sum(F.linear(hidden, w2_mine)) + b2"},
              "an in-place all-reduce where g belongs (backward as the identity, with a warning)",
              "autograd"),
-    Shortcut("tp_mlp", {3: BROADCAST_FIRST_LAYER},
+    Shortcut("tp_mlp", {1: MLP_CUTS + "hidden = " + BROADCAST_FIRST_LAYER
+                           + "; y = g.apply(F.linear(hidden, w2_mine)) + b2"},
              "the whole first layer as a broadcast multiply-and-sum, then sliced", "work"),
-    Shortcut("tp_mlp", {2: "w2", 3: "F.gelu(F.linear(x, w1, b1))",
-                        4: "F.linear(hidden, w2) + b2"},
+    Shortcut("tp_mlp", {1: "y = F.linear(F.gelu(F.linear(x, w1, b1)), w2) + b2"},
              "every rank computes the whole MLP", "all_reduce"),
-    Shortcut("tp_mlp", {3: "F.gelu(F.linear(f.apply(x), w1, b1))",
-                        4: "g.apply(F.linear(hidden, w2) / world_size) + b2"},
+    Shortcut("tp_mlp", {1: "y = g.apply(F.linear(F.gelu(F.linear(f.apply(x), w1, b1)), w2) "
+                           "/ world_size) + b2"},
              "the whole MLP on every rank, divided by N before g", "FLOPs"),
-    Shortcut("tp_mlp", {1: "shard(w1, rank, world_size, dim=1), b1", 2: "w2",
-                        3: "F.gelu(g.apply(F.linear(shard(f.apply(x), rank, world_size, "
-                           "dim=-1), w1_mine)) + b1_mine)",
-                        4: "F.linear(hidden, w2) + b2"},
+    Shortcut("tp_mlp", {1: "w1_mine, b1_mine = shard(w1, rank, world_size, dim=1), b1; "
+                           "hidden = F.gelu(g.apply(F.linear(shard(f.apply(x), rank, world_size, "
+                           "dim=-1), w1_mine)) + b1_mine); y = F.linear(hidden, w2) + b2"},
              "the first layer cut by its inputs: its partial sums all-reduced before GeLU",
              "all_reduce"),
     # attention
-    Shortcut("tp_attention", {1: "slice(0, x.shape[-1])", 2: "wo / world_size"},
+    Shortcut("tp_attention",
+             {1: "xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w), num_heads) for w in "
+                 "(wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo) "
+                 "/ world_size) + bo"},
              "every rank computes every head", "FLOPs"),
     Shortcut("tp_attention",
-             {1: "slice(0, x.shape[-1])",
-              2: "wo * (torch.arange(wo.shape[1]) // (wo.shape[1] // world_size) == rank)"},
+             {1: "xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w), num_heads) for w in "
+                 "(wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo * "
+                 "(torch.arange(wo.shape[1]) // (wo.shape[1] // world_size) == rank))) + bo"},
              "every head computed, the other ranks' masked out", "FLOPs"),
+    Shortcut("tp_attention",
+             {1: "rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] "
+                 "// world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), "
+                 "num_heads // world_size) for w in (wq, wk, wv)); "
+                 "y = all_reduce_sum(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo"},
+             "an in-place all-reduce where g belongs", "autograd"),
+    # the bytes, predicted
+    Shortcut("mlp_bytes", {1: "yours, rows_twice = 2 * (n - 1) / n * b * d * s, "
+                              "2 * (2 * (n - 1) / n * b * d * s)"},
+             "the other layout taken as twice yours", "rows"),
     # sequence parallelism
     Shortcut("sp_all_reduce",
              {1: "dist.all_reduce(t); part.copy_(t.chunk(world_size)[rank]); total.copy_(t)"},
@@ -97,11 +118,13 @@ SHORTCUTS = [
                  "([torch.empty_like(t) for _ in range(world_size)]).chunk(world_size)[rank]); "
                  "dist.all_gather_single(total, part)"},
              "every rank's whole tensor all-gathered and summed", "reduce_scatter"),
-    Shortcut("sp_f_g", {1: "all_reduce_sum(grad).chunk(dist.get_world_size())"
-                           "[dist.get_rank()].contiguous()"},
+    Shortcut("sp_f_g", {1: "enter_backward, leave_backward = (lambda grad: all_reduce_sum(grad)"
+                           ".chunk(dist.get_world_size())[dist.get_rank()].contiguous()), "
+                           "gather_rows"},
              "enter's backward as an all-reduce and a slice", "reduce_scatter"),
-    Shortcut("sp_f_g", {2: "all_reduce_sum(torch.cat([grad if k == dist.get_rank() else "
-                           "torch.zeros_like(grad) for k in range(dist.get_world_size())]))"},
+    Shortcut("sp_f_g", {1: "enter_backward, leave_backward = scatter_rows, (lambda grad: "
+                           "all_reduce_sum(torch.cat([grad if k == dist.get_rank() else "
+                           "torch.zeros_like(grad) for k in range(dist.get_world_size())])))"},
              "leave's backward as an all-reduce of zero-padded rows", "all_gather"),
 ]
 
@@ -115,29 +138,40 @@ HONEST = [
              {1: "partial = torch.matmul(x_shard, w_shard.T); dist.all_reduce(partial); "
                  "y = bias + partial"},
              "matmul, the default op, the bias first"),
-    Shortcut("column_parallel_backward", {1: "dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)"},
-             "the op spelled out"),
+    Shortcut("column_parallel_backward",
+             {1: "grad_x = torch.matmul(grad_y_shard, w_shard); "
+                 "dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)"},
+             "matmul, the op spelled out"),
     Shortcut("row_parallel_backward",
              {1: "pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; "
                  "dist.all_gather(pieces, grad_x.contiguous()); grad_x = torch.cat(pieces, dim=1)"},
              "a contiguous copy gathered, a positive dim"),
-    Shortcut("megatron_f_g", {1: "all_reduce_sum(grad.clone())", 2: "grad.clone()"},
+    Shortcut("megatron_f_g", {1: "f_backward, g_backward = (lambda grad: all_reduce_sum("
+                                 "grad.clone())), torch.clone"},
              "copies for the sum and the identity"),
-    Shortcut("tp_mlp", {1: "w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank]",
-                        2: "shard(w2, rank, world_size, dim=-1)",
-                        4: "g.apply(hidden @ w2_mine.t()) + b2"},
+    Shortcut("tp_mlp", {1: "w1_mine, b1_mine = w1.chunk(world_size, dim=0)[rank], "
+                           "b1.chunk(world_size)[rank]; w2_mine = shard(w2, rank, world_size, "
+                           "dim=-1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); "
+                           "y = g.apply(hidden @ w2_mine.t()) + b2"},
              "chunk, the last dimension, the product written out"),
-    Shortcut("tp_mlp", {1: "w1[rank * (w1.shape[0] // world_size):(rank + 1) * (w1.shape[0] "
-                           "// world_size)], b1[rank * (b1.shape[0] // world_size):(rank + 1) "
-                           "* (b1.shape[0] // world_size)]",
-                        3: "F.gelu(f.apply(x) @ w1_mine.t() + b1_mine)"},
+    Shortcut("tp_mlp", {1: "k = w1.shape[0] // world_size; part = slice(rank * k, (rank + 1) * k); "
+                           "hidden = F.gelu(f.apply(x) @ w1[part].t() + b1[part]); "
+                           "y = b2 + g.apply(hidden @ w2[:, part].t())"},
              "the rows sliced by hand, the product written out"),
-    Shortcut("tp_attention", {1: "slice(rank * x.shape[-1] // world_size, "
-                                 "(rank + 1) * x.shape[-1] // world_size)"},
-             "the rows from the width"),
+    Shortcut("tp_attention",
+             {1: "head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; "
+                 "rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); "
+                 "xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in "
+                 "(wq, wk, wv)); out = merge_heads(attend(q, k, v)); "
+                 "y = g.apply(out @ wo[:, rows].t()) + bo"},
+             "the rows from the heads, the product written out"),
+    Shortcut("mlp_bytes", {1: "ring = (n - 1) / n * s; yours, rows_twice = 2 * ring * b * d, "
+                              "ring * b * h + ring * b * d"},
+             "the ring share first"),
     Shortcut("sp_all_reduce",
              {1: "dist.reduce_scatter_single(part, t); dist.all_gather_single(total, part)"},
              "the default op"),
-    Shortcut("sp_f_g", {1: "scatter_rows(grad.clone())", 2: "gather_rows(grad.contiguous())"},
+    Shortcut("sp_f_g", {1: "enter_backward, leave_backward = (lambda grad: scatter_rows("
+                           "grad.clone())), (lambda grad: gather_rows(grad.contiguous()))"},
              "copies through the helpers"),
 ]
