@@ -40,6 +40,7 @@ from autograder.feedback_exporter import FeedbackExporter  # noqa: E402
 from autograder.preprocessors import (  # noqa: E402
     CappedExecute,
     ClearBlanks,
+    ClearWhys,
     DropDuplicateIds,
     HideTests,
     JudgeGrades,
@@ -85,13 +86,15 @@ c.ExportPlugin.to = os.path.join(GRADING, "grades.csv")
 # SQLite waits up to 60 s for a lock: `make grade` writes from several graders at once.
 c.CourseDirectory.db_url = settings.gradebook_url()
 
-# nbgrader's own list, with ClearBlanks in place of ClearSolutions. Order matters:
+# nbgrader's own list, with ClearBlanks in place of ClearSolutions and ClearWhys (the "Why"
+# cells a check reveals). Order matters:
 # ClearHiddenTests must come after ComputeChecksums and SaveCells, which must see the tests.
 c.GenerateAssignment.preprocessors = [
     IncludeHeaderFooter,
     InstantiateTests,
     LockCells,
     ClearBlanks,
+    ClearWhys,
     ClearOutput,
     CheckCellMetadata,
     ComputeChecksums,

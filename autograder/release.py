@@ -5,7 +5,9 @@
     python -m autograder.release --check    # fail if notebooks/ is stale
 
 Each `solutions/<id>/<id>.py` becomes an nbgrader source notebook under grading/source/, and
-nbgrader's generate_assignment (with the course's ClearBlanks) writes notebooks/<id>/<id>.ipynb.
+nbgrader's generate_assignment (with the course's ClearBlanks and ClearWhys) writes
+notebooks/<id>/<id>.ipynb. The "Why" cells it leaves out go to distlab/whys.z, from which each
+check reveals its own once it passes (distlab/whys.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import nbformat
 
 from autograder import solved
 from autograder.nbgrader_cli import nbgrader
+from autograder.preprocessors.clear_whys import why_of
+from distlab import whys as store
 from distlab.source import paths
+from distlab.source.markers import MarkerError
 
 RELEASE = paths.ROOT / "notebooks"
 SOURCE = paths.GRADING / "source"
@@ -32,9 +37,44 @@ def write_sources(ids: list[str], into: Path = SOURCE, solutions: Path = paths.S
         nbformat.write(solved.load(assignment, solutions), path)
 
 
+def whys_of(assignment: str, solutions: Path = paths.SOLUTIONS) -> dict:
+    """{name: {"notebook", "text"}} of the solved source's "Why" cells, each revealed by one
+    `reveal("<name>")` in a code cell of the same notebook (else MarkerError)."""
+    nb = solved.load(assignment, solutions)
+    code = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
+    found = {}
+    for cell in nb.cells:
+        name = why_of(cell)
+        if name is None:
+            continue
+        if name in found:
+            raise MarkerError(f"{assignment}: two Why cells are named {name!r}")
+        if code.count(f'reveal("{name}")') != 1:
+            raise MarkerError(f'{assignment}: the Why cell {name!r} needs exactly one '
+                              f'`reveal("{name}")`, at the end of the check that earns it')
+        found[name] = {"notebook": assignment, "text": cell.source}
+    return found
+
+
+def fresh_whys(ids: list[str], solutions: Path = paths.SOLUTIONS) -> dict:
+    """The store with the entries of `ids` read anew from their solved sources."""
+    whys = {name: why for name, why in store.load().items() if why["notebook"] not in ids}
+    for assignment in ids:
+        for name, why in whys_of(assignment, solutions).items():
+            if name in whys:
+                raise MarkerError(f"{assignment}: the Why {name!r} is also "
+                                  f"{whys[name]['notebook']}'s: names are course-wide")
+            whys[name] = why
+    return whys
+
+
 def release(ids: list[str], release_dir: Path = RELEASE, source_dir: Path = SOURCE,
-            db: Path | None = None, solutions: Path = paths.SOLUTIONS) -> None:
-    """Write the solved sources, then let nbgrader blank them into `release_dir`."""
+            db: Path | None = None, solutions: Path = paths.SOLUTIONS,
+            whys_store: Path | None = None) -> None:
+    """Write the solved sources, then let nbgrader blank them into `release_dir`, and the
+    Why cells it leaves out into `whys_store` (None, as for a grading folder: not written)."""
+    if whys_store is not None:
+        whys_store.write_bytes(store.encode(fresh_whys(ids, solutions)))
     write_sources(ids, source_dir, solutions)
     overrides = {"source_directory": str(source_dir), "release_directory": str(release_dir)}
     if db is not None:
@@ -48,13 +88,18 @@ def release(ids: list[str], release_dir: Path = RELEASE, source_dir: Path = SOUR
 
 
 def stale(ids: list[str]) -> list[str]:
-    """Assignments whose committed learner notebook differs from a fresh release."""
+    """Assignments whose committed learner notebook, or Why cells in distlab/whys.z, differ
+    from a fresh release."""
+    fresh, kept = fresh_whys(ids), store.load()
+    old_whys = [assignment for assignment in ids
+                if {n: w for n, w in fresh.items() if w["notebook"] == assignment}
+                != {n: w for n, w in kept.items() if w["notebook"] == assignment}]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         release(ids, tmp / "release", tmp / "source", tmp / "gradebook.db")
-        return [
-            assignment for assignment in ids
-            if not (RELEASE / assignment / f"{assignment}.ipynb").exists()
+        return old_whys + [
+            assignment for assignment in ids if assignment not in old_whys
+            and not (RELEASE / assignment / f"{assignment}.ipynb").exists()
             or (RELEASE / assignment / f"{assignment}.ipynb").read_bytes()
             != (tmp / "release" / assignment / f"{assignment}.ipynb").read_bytes()
         ]
@@ -71,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         for assignment in old:
             print(f"notebooks/{assignment} is stale: run `make release`")
         return 1 if old else 0
-    release(ids)
+    release(ids, whys_store=store.STORE)
     for assignment in ids:
         print(f"released notebooks/{assignment}/{assignment}.ipynb")
     return 0

@@ -11,7 +11,10 @@ Cell headers carry a short form of nbgrader's metadata:
                                             ### BEGIN HIDDEN TESTS / ### END HIDDEN TESTS)
     # %%                                    any other code cell: locked (restored at grading)
 
-Markdown cells are left as they are. Every notebook gets a Python 3 kernelspec and stable
+    # %% [markdown] why="ring_allreduce"  an explanation the check reveals once it passes
+                                            (distlab/whys.py; not in the learner's notebook)
+
+Other markdown cells are left as they are. Every notebook gets a Python 3 kernelspec and stable
 cell ids, so regenerating an unchanged source gives byte-identical files.
 
 Where the sources are (ROOT, SOLUTIONS, GRADING), their cells read without jupytext and
@@ -67,7 +70,9 @@ def load(assignment: str, solutions: Path = SOLUTIONS) -> nbformat.NotebookNode:
         first = starts[index + offset] if 0 <= index + offset < len(starts) else 1
         where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
         meta = _nbgrader(cell, locked)
-        cell.metadata = {"nbgrader": meta} if meta is not None else {}
+        why = cell.metadata.get("why") if cell.cell_type == "markdown" else None
+        cell.metadata = ({"nbgrader": meta} if meta is not None
+                         else {"distlab": {"why": why}} if why else {})
         if meta is not None:
             locked += meta["grade_id"].startswith("locked_")
         if cell.cell_type != "code":

@@ -34,7 +34,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from distlab import require_filled, run
+from distlab import require_filled, reveal, run
 from distlab.tensor_parallel import count_collectives, format_calls, show_comm_table, \
     show_matrices, show_split
 
@@ -144,6 +144,7 @@ x3 = torch.randn(2, 3, 512)  # (batch, sequence, features)
 for y, _ in run(column_on_ranks, x3, weight, bias, world_size=4):
     assert torch.allclose(y, linear(x3), atol=1e-5), "a 3-D input: the output differs"
 print("✓ column_parallel_forward equals nn.Linear")
+reveal("column_parallel_forward")
 
 # %% tests="column_parallel_forward_tests" points=1
 # Hidden tests (1 point): 1, 2 and 4 ranks, random shapes (2-D and 3-D inputs), float32 and
@@ -159,12 +160,13 @@ from autograder.grade_cell import grade
 grade(column_parallel_forward)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="column_parallel_forward"
 # **Why.** Output feature $j$ needs only row $j$ of the weight and entry $j$ of the bias, so
 # rank $r$'s rows give it complete **columns** of $y$, with no communication; the ranks then
 # only have to put the columns side by side: an **all-gather**. A ring all-gather sends
 # $\frac{N-1}{N}S$ per rank, $S$ the bytes of $y$.
-#
+
+# %% [markdown]
 # ## 2. A weight cut into bands of columns
 #
 # **The situation.** The dual cut: rank $r$ holds $\frac{in}{N}$ consecutive *columns* of the
@@ -214,6 +216,7 @@ assert error < 1e-5, "the output differs from nn.Linear's"
 for y, _ in run(row_on_ranks, x3, weight, bias, world_size=4):
     assert torch.allclose(y, linear(x3), atol=1e-5), "a 3-D input: the output differs"
 print("✓ row_parallel_forward equals nn.Linear")
+reveal("row_parallel_forward")
 
 # %% tests="row_parallel_forward_tests" points=1
 # Hidden tests (1 point): 1, 2 and 4 ranks, random shapes (2-D and 3-D inputs), float32 and
@@ -230,7 +233,7 @@ from autograder.grade_cell import grade
 grade(row_parallel_forward)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="row_parallel_forward"
 # **Why.** $y = xW^\top + b = \sum_{r=0}^{N-1} x_r W_r^\top + b$: every rank computes a
 # full-size $x_r W_r^\top$, but only a **partial sum**. An **all-reduce** adds the partial sums
 # and leaves the total on every rank ($2\frac{N-1}{N}S$ per rank in a ring); the bias goes in
@@ -316,6 +319,7 @@ for rank, ((grad_x, grad_w, grad_b), _) in enumerate(results):
     assert torch.allclose(grad_w, layer.weight.grad.chunk(2)[rank]), f"rank {rank}: dL/dW_r"
     assert torch.allclose(grad_b, layer.bias.grad.chunk(2)[rank]), f"rank {rank}: dL/db_r"
 print("✓ column_parallel_backward equals autograd")
+reveal("column_parallel_backward")
 
 # %% tests="column_parallel_backward_tests" points=1
 # Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64, each rank given
@@ -330,7 +334,7 @@ from autograder.grade_cell import grade
 grade(column_parallel_backward)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="column_parallel_backward"
 # **Why.** $x$ reached every output feature, through every rank's rows, so
 # $\partial L/\partial x = \sum_r \bar y_r W_r$: each rank holds one term, and every rank needs
 # the sum: an **all-reduce**. The weight and bias gradients of a rank's rows involve only its
@@ -391,6 +395,7 @@ for rank, ((split, _), (whole, _)) in enumerate(results):
         assert torch.allclose(grad_w, layer.weight.grad.chunk(2, dim=1)[rank]), "dL/dW_r"
         assert torch.allclose(grad_b, layer.bias.grad), "dL/db"
 print("✓ row_parallel_backward equals autograd, for a split and for a whole input")
+reveal("row_parallel_backward")
 
 # %% tests="row_parallel_backward_tests" points=1
 # Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64, inputs split
@@ -404,7 +409,7 @@ from autograder.grade_cell import grade
 grade(row_parallel_backward)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="row_parallel_backward"
 # **Why.** $\partial y/\partial(x_r W_r^\top)$ is the identity, so every rank's partial product
 # receives the whole $\bar y$, and $\bar y W_r$ is exactly the part of $\partial L/\partial x$
 # that belongs to rank $r$'s features. A split input needs nothing more; a whole one needs
@@ -547,6 +552,7 @@ for rank, (grad_x, grad_p) in enumerate(run(try_f_g, world_size=2)):
     assert grad_x == 3.0, f"rank {rank}: f's backward gave {grad_x:g}, the loss's gradient is 3"
     assert grad_p == 10.0, f"rank {rank}: g's backward gave {grad_p:g}, the loss's is 10"
 print("✓ f and g give the gradients of the loss")
+reveal("megatron_f_g")
 
 # %% tests="megatron_f_g_tests" points=1
 # Hidden tests (1 point): 1, 2 and 4 ranks, random tensors and gradients, float32 and float64:
@@ -559,7 +565,7 @@ from autograder.grade_cell import grade
 grade(megatron_f_g)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="megatron_f_g"
 # **Why.** f's forward hands one $x$ to every rank's branch, so the loss depends on $x$ through
 # every rank: its gradient is the **sum** of the ranks' gradients, an all-reduce in the
 # backward pass (section 3's first layer, now inside autograd). g's forward sums; each partial
@@ -567,7 +573,8 @@ grade(megatron_f_g)
 # $\partial L/\partial y$, so its backward is the **identity**: the all-reduce that autograd
 # got wrong in the first demo is right here, but only because g says so, for the situation where
 # it is used.
-#
+
+# %% [markdown]
 # ## 5. The tensor-parallel MLP
 #
 # A transformer's MLP is $y = \mathrm{GeLU}(x W_1^\top + b_1)\, W_2^\top + b_2$, with $x$ of
@@ -653,6 +660,7 @@ for n in (2, 4):
     print(f"{n} ranks: output, dL/dx and every weight gradient equal the single-device MLP's; "
           "no warning")
 print("✓ tp_mlp is the MLP, forward and backward")
+reveal("tp_mlp")
 
 # %% tests="tp_mlp_tests" points=1
 # Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64: output, input
@@ -665,7 +673,7 @@ from autograder.grade_cell import grade
 grade(tp_mlp)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="tp_mlp"
 # **Why: Megatron's argument** (Shoeybi et al., 2019, §3). Cut $W_1$ by its input features
 # and every rank holds a *partial sum* of each hidden unit's input; since
 # $\mathrm{GeLU}(a + b) \ne \mathrm{GeLU}(a) + \mathrm{GeLU}(b)$, those partial sums would have
@@ -763,6 +771,7 @@ for n in (2, 4):
     print(f"{n} ranks, {HEADS // n} of the {HEADS} heads on each: output, dL/dx and every weight "
           "gradient match")
 print("✓ tp_attention is the attention layer, forward and backward")
+reveal("tp_attention")
 
 # %% tests="tp_attention_tests" points=1
 # Hidden tests (1 point): 1, 2 and 4 ranks, random shapes and head counts, float32 and
@@ -775,7 +784,7 @@ from autograder.grade_cell import grade
 grade(tp_attention)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="tp_attention"
 # **Why.** A rank's heads need only their own queries, keys and values, so the attention itself
 # runs on each rank for its heads with no communication, as the GeLU did for its hidden units;
 # their outputs meet only in the output projection, whose partial sums are the one message.
@@ -856,6 +865,7 @@ for n in (2, 4):
         for got, want, which in zip(sent, predicted, ("yours", "rows twice"), strict=True):
             assert abs(got - want) < 1e-6, f"N = {n}, h = {h}: {which}: measured {got:g} B"
 print("✓ your formulas predict what the ranks sent")
+reveal("mlp_bytes")
 
 # %% tests="mlp_bytes_tests" points=1
 # Hidden tests (1 point): the two formulas for random world sizes, batches, widths, hidden
@@ -865,7 +875,7 @@ from autograder.grade_cell import grade
 grade(mlp_bytes)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="mlp_bytes"
 # **Why not two row-cut layers?** Yours sends one all-reduce of $b \times d$; the other
 # all-gathers the first layer's output ($b \times h$, because the second layer needs its whole
 # input) and then the second's ($b \times d$). The ratio is $\frac{h + d}{2d}$: **2.5** for
@@ -1024,6 +1034,7 @@ for n in (2, 4):
           f"{tuple(t.shape)}")
     assert sent_split <= sent_whole, "more bytes than one all-reduce"
 print("✓ sp_all_reduce is an all-reduce, within its bytes, with 1/N of the rows in between")
+reveal("sp_all_reduce")
 
 # %% tests="sp_all_reduce_tests" points=1
 # Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64: the sum and
@@ -1034,7 +1045,7 @@ from autograder.grade_cell import grade
 grade(sp_all_reduce)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="sp_all_reduce"
 # **Why.** An all-reduce *is* a reduce-scatter followed by an all-gather (notebook 01's ring
 # does exactly that): the first leaves rank $r$ its positions of the sum, the second stacks
 # every rank's positions. Each sends $\frac{N-1}{N}S$ per rank in a ring: together the
@@ -1139,6 +1150,7 @@ for rank, got in enumerate(run(try_sp_f_g, parts, sp_weights, sp_grads, world_si
           f"{[round(v, 4) for v in want[rank][0].tolist()]}")
     assert torch.allclose(got, want[rank]), f"rank {rank}: the gradient of its positions"
 print("✓ enter and leave give the gradients of the loss")
+reveal("sp_f_g")
 
 # %% tests="sp_f_g_tests" points=1
 # Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64: each
@@ -1150,7 +1162,7 @@ from autograder.grade_cell import grade
 grade(sp_f_g)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="sp_f_g"
 # **Why.** `enter` hands this rank's positions to every rank's branch, so their gradient is the
 # sum of every rank's gradient for those positions: a **reduce-scatter** (each rank gets its own
 # positions of the sum). `leave` takes each rank's partial sum into every rank's positions of

@@ -4,9 +4,10 @@ import builtins
 
 from distlab.blanks import BlankNotFilled, CallStatementBlanks, _____, require_filled
 from distlab.launch import DeadlockError, RankError, device, run, shutdown
+from distlab.whys import reveal
 
 __all__ = ["_____", "BlankNotFilled", "require_filled",
-           "run", "RankError", "DeadlockError", "shutdown", "device"]
+           "run", "RankError", "DeadlockError", "shutdown", "device", "reveal"]
 
 # Every cell knows `_____` once distlab is imported, so the notebook's locked first cell needs
 # no `_____` of its own: a learner sees blanks only in the cells that are theirs.
