@@ -22,7 +22,7 @@ from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (
 ASSIGNMENT = "03_data_parallel"
 nb = Notebook(ASSIGNMENT)
 UNITS = ["sync_sgd_step", "broadcast_parameters", "ddp_train", "DDPIndividualParameters",
-         "DDPBucketed", "accumulated_step", "ParameterServer"]
+         "DDPBucketed", "predicted_all_reduces", "accumulated_step", "ParameterServer"]
 
 
 # ---------------------------------------------------------------- the references
@@ -41,11 +41,11 @@ def test_no_hint_holds_its_answer():
 def test_a_rank_that_hangs_fails_one_case_in_seconds():
     """Does a bucketed DDP in which one rank never starts its all-reduces fail on the ranks'
     short timeout (not the launcher's), saying that a rank waited for a message?"""
-    stuck = nb.variant("DDPBucketed", 2,
+    stuck = nb.variant("DDPBucketed", 3,
                        "if self._arrived[index] == len(bucket) and dist.get_rank() != 1: "
                        "flat = torch.cat([p.grad.flatten() for p in bucket]); "
-                       "self._in_flight.append((dist.all_reduce(flat, async_op=True), bucket, "
-                       "flat))")
+                       "self._in_flight.append((dist.all_reduce(flat, op=dist.ReduceOp.AVG, "
+                       "async_op=True), bucket, flat))")
     start = time.monotonic()
     complaint = fails("DDPBucketed", stuck)
     assert "never came" in complaint, complaint
@@ -63,7 +63,8 @@ def test_a_broken_broadcast_does_not_cost_the_ddp_classes():
 
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
-    ("DDPBucketed", 4, "pass"),  # a class, on ranks in the judge's runner
+    # a class, on ranks in the judge's runner
+    ("DDPBucketed", 2, "if size > limit: self.buckets.append(bucket); bucket, size = [], 0"),
     ("ddp_train", 5, "sampler.set_epoch(0)"),  # a rank function that makes its own group
 ])
 def test_the_judge_names_a_wrong_blank(name, number, wrong, monkeypatch):

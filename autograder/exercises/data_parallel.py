@@ -632,7 +632,8 @@ def _wrapper_cases(rng, buckets: bool) -> list:
                 spec = _spec(rng)
                 numels = _trainable_numels(spec)
                 limit = _telling_limit(numels, rng)
-            limit = limit or float([4, 8 * sum(numels) * 2,
+            exact = np.cumsum(numels[::-1])[:-1]  # a bucket that reaches the cap exactly
+            limit = limit or float([4, 8 * int(rng.choice(exact)) if len(exact) else 4,
                                     8 * int(rng.integers(min(numels), sum(numels)))][index % 3])
         cases.append({"world_size": m, "spec": spec, "lr": float(rng.uniform(0.05, 0.3)),
                       "optimizer": "SGD" if index % 2 == 0 else "AdamW",
@@ -870,3 +871,45 @@ def ParameterServer(cls, rng):  # registered under the class's name
         if got["version"] != len(want["history"]):
             raise AssertionError(f"{where}: .version is {got['version']} after "
                                  f"{len(want['history'])} pushes")
+
+
+# ---------------------------------------------------------------- section 3d
+
+
+TIMELINE_SIZES = (256, 1024, 1024, 1024, 10)  # the notebook's timeline model, float32
+ARITHMETIC = ("BinOp", "UnaryOp", "Constant", "List", "Tuple", "Load", "Add", "Sub", "Mult",
+              "Pow", "FloorDiv", "Div", "USub", "UAdd", "Return", "Expr", "Assign", "Store",
+              "Name", "FunctionDef", "arguments", "Module")
+
+
+@exercise
+def predicted_all_reduces(fn, rng):  # noqa: ARG001 - one fixed case
+    import ast
+    import inspect
+    import textwrap
+
+    from distlab import require_filled
+
+    require_filled(fn)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        tree = None
+    if tree is not None:
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) \
+            else []
+        odd = sorted({type(node).__name__ for stmt in body for node in ast.walk(stmt)
+                      if type(node).__name__ not in ARITHMETIC})
+        if odd:
+            raise AssertionError("the prediction runs code (" + ", ".join(odd) + "): a "
+                                 "prediction is numbers written from 3c's bucket rule and "
+                                 "3a's order, arithmetic on the layer sizes only")
+    numels = []
+    for a, b in zip(TIMELINE_SIZES, TIMELINE_SIZES[1:], strict=False):
+        numels += [a * b, b]
+    want = _bucket_numels(numels, 2 * 2**20, itemsize=4)
+    got = fn()
+    if not isinstance(got, list | tuple) or [int(v) for v in got] != want:
+        raise AssertionError(f"you predict all-reduces of {got!r:.120} elements; the bucket "
+                             f"rule of 3c gives {len(want)} all-reduces (sizes not shown): "
+                             "fill in backward's order, close a bucket when it reaches the cap")
