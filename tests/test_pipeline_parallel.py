@@ -70,7 +70,7 @@ def test_reference_earns_every_point_and_the_release_none(name):
     ("zb_h1_order", 1, "len(waiting) > 0"),  # the judge patches in a correct 1F1B
     ("run_stage", 2, "x, y = stash[mb]; y.backward(None if last else receive(nxt, mb)); "
                      "send(x.grad, prev, mb)"),  # on ranks in the judge's runner
-    ("activation_bytes", 1, "block(h)"),  # counted on a rank of the judge's runner
+    ("activation_bytes", 1, "h = block(h)"),  # counted on a rank of the judge's runner
 ])
 def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):
     """Graded by the judge (the learner's code in a separate runner process, only plain values
@@ -281,7 +281,7 @@ def test_interleaved_reference_is_torchs_but_for_the_warmup():
     reference's shorter warm-up as fast, holding fewer activations?"""
     from distlab.pipeline_parallel import peak_in_flight, simulate
 
-    torchs = nb.variant("interleaved_order", 2,
+    torchs = nb.variant("interleaved_order", 1,
                      "min((v - 1) * size + 2 * (S - r - 1), len(forwards))")
     for M in (2, 3, 4):
         ran, _ = _torch_orders("ScheduleInterleaved1F1B", 2, M, chunks=2)

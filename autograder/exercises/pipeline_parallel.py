@@ -588,9 +588,10 @@ def pipelining_step(fn, rng):
 # ---------------------------------------------------------------- activation checkpointing
 
 
-def _saved_oracle(depth: int, width: int, batch: int, checkpointed: bool, seed: int):
+def _saved_oracle(depth: int, width: int, batch: int, plain: int, seed: int):
     """(bytes of non-weight tensors autograd saves, gradients) for the notebook's block stack,
-    built as make_blocks builds it, the global RNG restored afterwards."""
+    built as make_blocks builds it, its first `plain` blocks run as they are and the others
+    checkpointed, the global RNG restored afterwards."""
     import torch
     from torch import nn
     from torch.utils.checkpoint import checkpoint
@@ -610,11 +611,19 @@ def _saved_oracle(depth: int, width: int, batch: int, checkpointed: bool, seed: 
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        for block in blocks:
-            h = checkpoint(block, h, use_reentrant=False) if checkpointed else block(h)
+        for i, block in enumerate(blocks):
+            h = block(h) if i < plain else checkpoint(block, h, use_reentrant=False)
         loss = h.square().mean()
     loss.backward()
     return sum(sizes), [p.grad for p in blocks.parameters()]
+
+
+def _fewest(depth: int, width: int, batch: int, budget: float, seed: int):
+    """(bytes, gradients) of the step with as few blocks checkpointed as fit `budget` (every
+    block if none fits), each count measured by running it, and the bytes of every count."""
+    measured = [_saved_oracle(depth, width, batch, plain, seed) for plain in range(depth + 1)]
+    fits = [plain for plain, (saved, _) in enumerate(measured) if saved <= budget]
+    return measured[max(fits) if fits else 0], [saved for saved, _ in measured]
 
 
 def _blocks(depth: int, width: int):
@@ -625,7 +634,7 @@ def _blocks(depth: int, width: int):
                                         nn.Linear(4 * width, width)) for _ in range(depth)])
 
 
-def _counted_call(fn, depth: int, width: int, batch: int, checkpointed: bool, seed: int):
+def _counted_call(fn, depth: int, width: int, batch: int, budget: float, seed: int):
     """(what fn returned, the bytes of non-weight tensors autograd kept while it ran).
 
     The count does not trust the function's own: our saved_tensors_hooks sit outside the call,
@@ -655,14 +664,14 @@ def _counted_call(fn, depth: int, width: int, batch: int, checkpointed: bool, se
     torch.autograd.graph.saved_tensors_hooks = Counted
     try:
         with original(count, lambda t: t):
-            out = learner(depth, width, batch, checkpointed, seed=seed)
+            out = learner(depth, width, batch, budget, seed=seed)
     finally:
         torch.autograd.graph.saved_tensors_hooks = original
     return out, counted[0]
 
 
 def _saved_harness(rank, world_size, fn, cases):
-    """Each case (depth, width, batch, checkpointed, seed): the learner's activation_bytes run
+    """Each case (depth, width, batch, budget, seed): the learner's activation_bytes run
     with what autograd keeps counted from below: ("ok", (reported bytes, counted bytes, grads))
     or (kind, text), stopping at the first failure."""
     results = []
@@ -688,31 +697,40 @@ def activation_bytes(fn, rng):
     from distlab import require_filled
 
     require_filled(fn)
-    cases = [(1, 2, 1), (2, 4, 3), (3, 8, 2)]
-    cases += [(int(rng.integers(1, 5)), int(rng.integers(2, 17)), int(rng.integers(1, 9)))
+    sizes = [(1, 2, 1), (2, 4, 3), (3, 8, 2), (5, 4, 1)]
+    sizes += [(int(rng.integers(1, 6)), int(rng.integers(2, 17)), int(rng.integers(1, 9)))
               for _ in range(4)]
-    cases = [(depth, width, batch, checkpointed, int(rng.integers(0, 1000)))
-             for depth, width, batch in cases for checkpointed in (False, True)]
+    cases = []
+    for depth, width, batch in sizes:
+        seed, unit = int(rng.integers(0, 1000)), batch * width * 4
+        _, totals = _fewest(depth, width, batch, 0, seed)
+        plain = int(rng.integers(0, depth + 1))  # a budget at, or just above, some count's bytes
+        budgets = [totals[plain], totals[plain] + int(rng.integers(1, 8)) * unit,
+                   totals[plain] + 7 * unit + unit // 2, totals[0] - unit, float("inf")]
+        cases += [(depth, width, batch, budget, seed) for budget in budgets]
     results = on_ranks(_saved_harness, fn, 1, cases)[0]
-    for index, (depth, width, batch, checkpointed, seed) in enumerate(cases):
-        where = f"depth={depth}, width={width}, batch={batch}, checkpointed={checkpointed}"
+    for index, (depth, width, batch, budget, seed) in enumerate(cases):
+        unit = batch * width * 4
+        shown = "unlimited" if budget == float("inf") else f"{budget / unit:g} units"
+        where = f"depth={depth}, width={width}, batch={batch}, budget={shown}"
         if index >= len(results):
             break
         kind, value = results[index]
         if kind != "ok":
             raise AssertionError(f"{where}: {value}")
         reported, counted, grads = value
-        want, want_grads = _saved_oracle(depth, width, batch, checkpointed, seed)
-        unit = batch * width * 4
+        (want, want_grads), totals = _fewest(depth, width, batch, budget, seed)
+        if counted > max(budget, totals[0]):
+            raise AssertionError(
+                f"{where}: autograd kept {counted / unit:g} (batch, width) tensors' worth for "
+                "the backward (counted while it ran), over the budget: a plain block keeps what "
+                "each of its operations' backward needs, a checkpointed block only its input")
         if counted != want:
-            if checkpointed:
-                raise AssertionError(
-                    f"{where}: autograd kept {counted / unit:g} (batch, width) tensors' worth "
-                    f"for the backward (counted while it ran), where checkpointing every block "
-                    f"keeps {want / unit:g}: a checkpointed block keeps only its input")
-            raise AssertionError(f"{where}: autograd kept {counted / unit:g} (batch, width) "
-                                 f"tensors' worth for the backward (counted while it ran), "
-                                 f"where the plain blocks keep {want / unit:g}")
+            raise AssertionError(
+                f"{where}: autograd kept {counted / unit:g} (batch, width) tensors' worth for "
+                f"the backward (counted while it ran); with fewer blocks checkpointed the step "
+                f"keeps {want / unit:g} and stays within the budget: each checkpointed block "
+                "costs one more forward, so checkpoint only as many as the budget needs")
         check_close(reported, counted, where, "the activation bytes reported (autograd kept "
                     f"{counted} B, counted while it ran)")
         if not isinstance(grads, list | tuple) or len(grads) != len(want_grads):
@@ -735,10 +753,11 @@ def predicted_activation_bytes(fn, rng):
             where = (f"depth={depth}, width={width}, batch={batch}, "
                      f"checkpointed={checkpointed}")
             got = fn(depth, width, batch, checkpointed)
-            want, _ = _saved_oracle(depth, width, batch, checkpointed, 0)
+            want, _ = _saved_oracle(depth, width, batch, 0 if checkpointed else depth, 0)
             if not isinstance(got, int | float | np.integer | np.floating):
                 raise AssertionError(f"{where}: expected a number of bytes, got {got!r:.80}")
-            if got != want:
+            if got != want:  # not the count itself: the prediction is asked before it
                 raise AssertionError(f"{where}: you predict {got / unit:g} (batch, width) "
-                                     f"tensors' worth of bytes; autograd keeps {want / unit:g} "
-                                     "(counted with saved_tensors_hooks)")
+                                     f"tensors' worth of bytes; autograd keeps "
+                                     f"{'more' if want > got else 'fewer'} (counted with "
+                                     "saved_tensors_hooks)")

@@ -1,11 +1,11 @@
 """Shortcuts through notebook 05's blanks (pipeline parallelism), and honest answers written
 otherwise.
 
-Blank numbers as the released cells number them: gpipe_table 1 (forward micro-batch), 2
-(backward micro-batch); one_f_one_b_order 1 (warm-up), 2 (a steady pair); run_stage 1 (what a
-forward keeps), 2 (the backward); interleaved_order 1 (the stage of a backward visit), 2 (the
-warm-up); zb_h1_order 1 (may a waiting W run now); pipelining_step 1 (positional), 2 (keyword);
-predicted_activation_bytes 1 (the formula); activation_bytes 1 (the checkpointed block).
+Blank numbers as the released cells number them: gpipe_table 1 (both phases' micro-batch);
+one_f_one_b_order 1 (warm-up); run_stage 1 (what a forward keeps), 2 (the backward);
+interleaved_order 1 (the warm-up); zb_h1_order 1 (may a waiting W run now); pipelining_step 1
+(positional), 2 (keyword); predicted_activation_bytes 1 (the formula); activation_bytes 1 (the
+block's line under the budget).
 
 run_stage is watched while it runs (what autograd keeps per micro-batch, the inputs still alive
 after their backward, every send and receive with its bytes and peer), so a stash that never
@@ -18,19 +18,18 @@ count tuned to the checkpointed total with no checkpointing at all).
 from shortcuts import Shortcut
 
 BACKWARD = "x, y = stash.pop(mb); y.backward(None if last else receive(nxt, mb)); "
+CK = "h = checkpoint(block, h, use_reentrant=False) if saved + "
 # the hole of issue 51: no checkpointing, 8 of each block's 9 saved tensors' bytes taken back
-# off the count, so that it reports the checkpointed total
-TUNED = ("[block(h), saved := saved - 8 * h.numel() * h.element_size()][0] if checkpointed "
-         "else block(h)")
+# off the count, so that it reports what checkpointing would keep
+TUNED = "h = [block(h), saved := saved - 8 * h.numel() * h.element_size()][0]"
 
 SHORTCUTS = [
-    Shortcut("gpipe_table", {2: "t - s"}, "the backward run as the forward's diagonal",
-             "needs"),
-    Shortcut("gpipe_table", {1: "t", 2: "t"}, "every stage on the same micro-batch", "needs"),
+    Shortcut("gpipe_table", {1: "forward = t - s; backward = t - s"},
+             "the backward run as the forward's diagonal", "needs"),
+    Shortcut("gpipe_table", {1: "forward = t; backward = t"},
+             "every stage on the same micro-batch", "needs"),
     Shortcut("one_f_one_b_order", {1: "M"}, "all forwards first (GPipe)", "holds"),
     Shortcut("one_f_one_b_order", {1: "0"}, "no warm-up", "takes"),
-    Shortcut("one_f_one_b_order", {2: '[(s, "F", k), (s, "B", k)]'},
-             "the steady pair counted from 0", "twice"),
     Shortcut("run_stage", {2: "x, y = stash[mb]; y.backward(None if last else receive(nxt, mb)); "
                               "send(x.grad, prev, mb)"},
              "the stash never freed", "stash"),
@@ -39,12 +38,10 @@ SHORTCUTS = [
              "ones backpropagated, not the gradient from the next stage", "message"),
     Shortcut("run_stage", {2: BACKWARD + "send(x.grad, nxt, mb)"},
              "the input's gradient sent downstream", "message"),
-    Shortcut("interleaved_order", {2: "min((v - 1) * S + 2 * (S - 1 - r), v * M)"},
-             "Megatron's warm-up copied from the Why, not the minimum asked", "holds"),
-    Shortcut("interleaved_order", {2: "min(S - r - 1, len(forwards))"},
+    Shortcut("interleaved_order", {1: "min((v - 1) * S + 2 * (S - 1 - r), v * M)"},
+             "Megatron-LM's warm-up, not the minimum asked", "holds"),
+    Shortcut("interleaved_order", {1: "min(S - r - 1, len(forwards))"},
              "1F1B's warm-up, blind to the chunks", "deadlock"),
-    Shortcut("interleaved_order", {1: "c * S + r"},
-             "backwards visiting the chunks as the forwards do", "deadlock"),
     Shortcut("zb_h1_order", {1: "len(waiting) > 0"}, "every W at once: nothing fills the end",
              "idle"),
     Shortcut("zb_h1_order", {1: "False"}, "every W kept to the end", "idle"),
@@ -54,21 +51,25 @@ SHORTCUTS = [
              {1: "unit * (depth * (2 if checkpointed else 9) + 1)"},
              "a checkpointed block keeping its input and output", "autograd keeps"),
     Shortcut("activation_bytes", {1: TUNED},
-             "no checkpointing, the count tuned to the checkpointed total", "only its input"),
-    Shortcut("activation_bytes", {1: "block(h)"}, "no checkpointing at all", "only its input"),
+             "no checkpointing, the count tuned to what checkpointing keeps",
+             "counted while it ran"),
+    Shortcut("activation_bytes", {1: "h = block(h)"}, "no checkpointing at all",
+             "only its input"),
+    Shortcut("activation_bytes", {1: "h = checkpoint(block, h, use_reentrant=False)"},
+             "every block checkpointed, whatever the budget", "only as many as the budget"),
+    Shortcut("activation_bytes", {1: CK + "(8 + left) * unit > budget else block(h)"},
+             "the loss's saved tensor left out of the budget", "over the budget"),
 ]
 
 HONEST = [
-    Shortcut("gpipe_table", {1: "-s + t", 2: "t + s - S + 1"}, "reordered"),
-    Shortcut("one_f_one_b_order",
-             {1: "min(M, S - 1 - s)", 2: '[(s, "F", k + warmup), (s, "B", k)]'}, "reordered"),
+    Shortcut("gpipe_table", {1: "forward, backward = -s + t, t + s - S + 1"}, "reordered"),
+    Shortcut("one_f_one_b_order", {1: "min(M, S - 1 - s)"}, "reordered"),
     Shortcut("run_stage", {1: "[x, y]",
                            2: "x, y = stash.pop(mb)\nif last:\n    y.backward()\nelse:\n"
                               "    y.backward(receive(nxt, mb))\nif not first:\n"
                               "    send(x.grad.clone(), prev, mb)"},
              "a list kept, the backward over several lines"),
-    Shortcut("interleaved_order", {1: "(v - c - 1) * S + r",
-                                   2: "min(len(backwards), size * (v - 1) + S - 1 - r)"},
+    Shortcut("interleaved_order", {1: "min(len(backwards), size * (v - 1) + S - 1 - r)"},
              "reordered"),
     Shortcut("zb_h1_order", {1: "len(waiting) >= s + 1"}, "at least s + 1"),
     Shortcut("pipelining_step", {2: '{"target": y, "losses": losses} if rank + 1 == '
@@ -76,6 +77,12 @@ HONEST = [
     Shortcut("predicted_activation_bytes",
              {1: "(depth + 1) * unit if checkpointed else (9 * depth + 1) * unit"},
              "two formulas"),
-    Shortcut("activation_bytes", {1: "checkpoint(block.forward, h, use_reentrant=False)"},
-             "the bound forward"),
+    Shortcut("activation_bytes",
+             {1: "plain = saved + 9 * unit + (left - 1) * unit + unit <= budget\n"
+                 "h = block(h) if plain else checkpoint(block.forward, h, use_reentrant=False)"},
+             "the bound forward, the test over two lines"),
+    Shortcut("activation_bytes",
+             {1: "h = block(h) if 8 * (i + 1) + depth + 1 <= budget / unit else "
+                 "checkpoint(block, h, use_reentrant=False)"},
+             "the count of plain blocks worked out first"),
 ]
