@@ -16,26 +16,28 @@ from distlab.source.markers import blank_source
 
 ASSIGNMENT = "07_hybrid"
 nb = Notebook(ASSIGNMENT)
-PURE = ["mesh_coords", "group_ranks", "group_bytes", "layout_memory", "choose_layout"]
-ON_RANKS = ["TPBlock", "train_2d", "shard_2d", "train_3d"]
+PURE = ["group_ranks", "tied_groups", "group_bytes", "layout_memory", "choose_layout"]
+ON_RANKS = ["TPBlock", "shard_2d", "train_3d"]
+SPLIT = "xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)"
 
 
 @pytest.mark.parametrize(("wrong", "says"), [
-    ("dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)",
-     "over the world (all 2 ranks, here also its TP group) instead of its DP group"),
-    ('dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=groups["tp"])', "in its TP group"),
+    ("dist.all_reduce(param.grad); param.grad /= dist.get_world_size()",
+     "over the world (all 4 ranks) instead of its DP group"),
+    ('dist.all_reduce(param.grad, group=groups["tp"]); param.grad /= n_d', "in its TP group"),
 ])
 def test_a_gradient_averaged_in_the_wrong_group_is_named(wrong, says):
-    """Does a gradient all-reduced over the world, or over the TP group, fail with a message
-    that says which group it used and which it should have?"""
-    complaint = fails("train_2d", nb.variant("train_2d", 2, wrong))
+    """Does the bug report's line kept (a gradient all-reduced over the world), or one over the
+    TP group, fail with a message that says which group it used and which it should have?"""
+    complaint = fails("train_3d", nb.variant("train_3d", 3, wrong))
     assert says in complaint, complaint
 
 
 def test_a_block_that_multiplies_by_the_whole_weights_fails():
     """Does a block that keeps whole fc1 and fc2 and skips g (right numbers, no TP) fail on
     what each rank holds?"""
-    variant = nb.variant_of("TPBlock", {1: "block.fc1.weight, block.fc1.bias, block.fc2.weight",
+    variant = nb.variant_of("TPBlock", {1: "block.fc1.weight, block.fc1.bias, block.fc2.weight, "
+                                           "block.fc2.bias",
                                         2: "x + F.linear(h, self.w2) + self.b2"})
     assert "holds parameters of shapes" in fails("TPBlock", variant)
 
@@ -43,10 +45,19 @@ def test_a_block_that_multiplies_by_the_whole_weights_fails():
 def test_a_replica_counted_from_the_global_rank_fails_in_a_grid_of_two_stages():
     """Does rank // TP as the replica (right while PP is 1) fail, naming the DP group?"""
     tp = 'dist.get_world_size(groups["tp"])'
-    variant = nb.variant("train_2d", 1, f"(dist.get_rank() // {tp}, "
-                                        f"dist.get_world_size() // {tp})")
-    complaint = fails("train_2d", variant)
+    variant = nb.variant("train_3d", 1, f"d, n_d = dist.get_rank() // {tp}, "
+                                        f"dist.get_world_size() // {tp}; {SPLIT}")
+    complaint = fails("train_3d", variant)
     assert "PP 2" in complaint and "in its DP group" in complaint, complaint
+
+
+def test_tied_groups_across_replicas_fail_naming_the_pipeline():
+    """Does one group of every first- and last-stage rank (the copies of other replicas and
+    TP ranks summed in) fail, saying a copy is summed with its own pipeline's only?"""
+    complaint = fails("tied_groups", nb.variant(
+        "tied_groups", 1, "[[g[0] for g in group_ranks(shape, 0)] + "
+                          "[g[-1] for g in group_ranks(shape, 0)]]"))
+    assert "its own pipeline" in complaint, complaint
 
 
 def test_blocks_left_as_fsdp_roots_fail_on_the_budget():

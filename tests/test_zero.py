@@ -38,9 +38,9 @@ def test_a_unit_that_rounds_its_master_to_bf16_fails():
     same gathered copy, the precision of the master lost) fail on what the master is?"""
     _, cell, _ = reference.locate("GatheredUnit")
     source = cell.source.replace(
-        "unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK the whole unit, in",
-        "unit.layout.gather(shard.data.copy_(shard.to(unit.compute_dtype)).to("
-        "unit.compute_dtype))  # BLANK the whole unit, in")
+        "full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK `full",
+        "full = unit.layout.gather(shard.data.copy_(shard.to(unit.compute_dtype)).to("
+        "unit.compute_dtype))  # BLANK `full")
     assert source != cell.source
     assert "master slice" in fails("GatheredUnit", nb.define("GatheredUnit", source))
 
@@ -86,12 +86,11 @@ def test_the_judge_names_a_wrong_blank_outside_the_kernel(monkeypatch):
 
     monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
     cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
-    wrong = [c.replace("self.rank * self.size:(self.rank + 1) * self.size]  #",
-                       "(self.world_size - 1 - self.rank) * self.size:"
-                       "(self.world_size - self.rank) * self.size]  #") for c in cells]
+    wrong = [c.replace("-(-self.numel // self.world_size)  #",
+                       "self.numel // self.world_size + 1  #") for c in cells]
     assert wrong != cells
     [(earned, possible, report)] = judge.verdicts(wrong, [("FlatShard", None)], "s")
-    assert (earned, possible) == (1, 2) and "looks wrong: [2]" in "\n".join(report), report
+    assert (earned, possible) == (0, 1) and "looks wrong: [1]" in "\n".join(report), report
 
 
 # ---------------------------------------------------------------- distlab.zero

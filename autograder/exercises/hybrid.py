@@ -1,12 +1,13 @@
-"""Hidden tests of notebook 07 (DP x TP x PP on one grid): the coordinates and groups against
-numpy's unravel_index, the TP block, 2-D and 3-D training on real ranks against one process,
-the bytes by group and the memory of a layout against formulas written here.
+"""Hidden tests of notebook 07 (DP x TP x PP on one grid): the groups against numpy's
+unravel_index, the TP block, DTensor + FSDP2 and 3-D training on real ranks against one
+process, the tied-weight groups, the bytes by group and the memory of a layout against
+formulas written here.
 
 The rank exercises run in a harness of this module (by value, as the learner's code:
 checks.on_ranks), in a short-timeout gloo group whose subgroups are built here from trusted rank
 lists.
-An exercise that uses another's answer gets a trusted one: train_2d and train_3d train models
-of this module's _TPBlock, so a mistake in TPBlock costs its own points only. Beside the values,
+An exercise that uses another's answer gets a trusted one: train_3d trains models of this
+module's _TPBlock, so a mistake in TPBlock costs its own points only. Beside the values,
 every rank's collectives are recorded with their group's members (recorder.py): the TP
 all-reduces must stay in the TP group, the gradient average in the DP group, and every send
 and recv between neighbouring stages of the rank's own pipeline.
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import math
-import numbers
 
 from autograder.exercises import exercise
 from autograder.exercises.checks import (
@@ -54,25 +54,6 @@ def _shapes(rng, count):
     shapes = [(2, 2, 2), (1, 2, 2), (2, 1, 3), (3, 2, 1), (1, 1, 1), (2, 3, 4)]
     shapes += [tuple(int(v) for v in rng.integers(1, 7, size=3)) for _ in range(count)]
     return shapes
-
-
-@exercise
-def mesh_coords(fn, rng):
-    for shape in _shapes(rng, 12):
-        for rank in range(math.prod(shape)):
-            want = _oracle_coords(rank, shape)
-            out = fn(rank, shape)
-            try:
-                got = tuple(int(c) for c in out)
-                whole = all(isinstance(c, numbers.Integral) for c in out) and len(got) == 3
-            except (TypeError, ValueError):
-                whole = False
-            if not whole:
-                raise AssertionError(f"mesh_coords({rank}, {shape}) returned {out!r}: expected "
-                                     "three integers (p, d, t), not floats")
-            if got != want:
-                raise AssertionError(f"mesh_coords({rank}, {shape}) is {got}, expected {want} "
-                                     "(tp changes fastest, then dp, then pp)")
 
 
 @exercise
@@ -259,26 +240,8 @@ def _groups_for_learner(groups):
     return {name: group for name, (group, _) in groups.items()}
 
 
-def _run_2d(fn, rank, case):
-    import torch
-    from torch import nn
-
-    groups = _subgroups(case["shape"])
-    model = nn.Sequential(*[_tp_block(b, groups["tp"][0]) for b in
-                            _model(case["blocks"], case["hidden"], case["ff"], case["seed"])])
-    x, y = _batch(case["rows"], case["seq"], case["hidden"], case["seed"])
-    seen = []
-    hook = model.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
-    with recording(saved=False) as rec:
-        fn(model, x, y, _groups_for_learner(groups), steps=case["steps"], lr=case["lr"])
-    hook.remove()
-    rows = None if not seen else [next((i for i in range(len(x)) if torch.equal(row, x[i])), -1)
-                                  for row in seen[0]]
-    return {"params": [p.detach().clone() for p in model.parameters()], "rec": rec.summary(),
-            "rows": rows}
-
-
 def _run_3d(fn, rank, case):
+    import torch
     from torch import nn
 
     shape = case["shape"]
@@ -287,20 +250,24 @@ def _run_3d(fn, rank, case):
     blocks = _model(shape[0], case["hidden"], case["ff"], case["seed"])
     stage = nn.Sequential(_tp_block(blocks[p], groups["tp"][0]))
     x, y = _batch(case["rows"], case["seq"], case["hidden"], case["seed"])
+    seen = []  # the first stage's inputs: rows of x
+    hook = stage.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
     with recording(saved=False) as rec:
         fn(stage, x, y, _groups_for_learner(groups), steps=case["steps"], lr=case["lr"],
            micro_batches=case["micro_batches"])
-    return {"params": [t.detach().clone() for t in stage.parameters()], "rec": rec.summary()}
+    hook.remove()
+    rows = None  # the first stage's first step: the rows of x in each micro-batch
+    if p == 0:
+        rows = [[next((i for i in range(len(x)) if torch.equal(row, x[i])), -1) for row in h]
+                for h in seen[:case["micro_batches"]]]
+    return {"params": [t.detach().clone() for t in stage.parameters()], "rec": rec.summary(),
+            "rows": rows}
 
 
 # One harness per test: what the judge ships with a test's requests is its harness and what
 # that uses, so TPBlock's harness must not reach the trusted _tp_block that 2d and 3d train.
 def _block_harness(rank, world_size, cls, cases):
     return _harness(rank, world_size, cls, _run_block, cases)
-
-
-def _2d_harness(rank, world_size, fn, cases):
-    return _harness(rank, world_size, fn, _run_2d, cases)
 
 
 def _3d_harness(rank, world_size, fn, cases):
@@ -500,11 +467,11 @@ def _check_params(where, rank, got, model, shape, stage_blocks=None):
                      "single-process SGD gives")
 
 
-def _check_dp_average(where, rank, rec, shape, n, n_params, steps, blocks):
+def _check_dp_average(where, rank, rec, shape, n, n_params, steps, tp_per_step):
     """All-reduces: the TP ones in the TP group, one per parameter per step in the DP group."""
     dp_ranks = _oracle_groups(shape, 1)[[rank in g for g in _oracle_groups(shape, 1)].index(True)]
     tp_ranks = _oracle_groups(shape, 2)[[rank in g for g in _oracle_groups(shape, 2)].index(True)]
-    want = collections.Counter({tuple(tp_ranks): 2 * blocks * steps})
+    want = collections.Counter({tuple(tp_ranks): tp_per_step * steps})
     want[tuple(dp_ranks)] += n_params * steps
     made = _all_reduces_by_group(rec)
     if made == want:
@@ -528,59 +495,27 @@ def _check_dp_average(where, rank, rec, shape, n, n_params, steps, blocks):
     shown = {list(k).__repr__(): v for k, v in made.items()}
     raise AssertionError(f"{where}: rank {rank} made all-reduces {shown} (group: count); "
                          f"expected {n_params} per step in its DP group {dp_ranks}, besides "
-                         f"the TP blocks' {2 * blocks} per step in its TP group {tp_ranks}")
+                         f"the TP blocks' {tp_per_step} per step in its TP group {tp_ranks}")
 
 
-def _check_rows(where, rank, rows, shape, total):
-    """The rows of the batch the rank's model saw: its replica's, by its index in its DP
-    group (recorded by a forward hook of the harness)."""
+def _check_micro_rows(where, rank, rows, shape, case):
+    """The rows of the batch in each micro-batch the first stage's rank ran in the first step:
+    its replica's, by its index in its DP group (recorded by a forward hook of the harness)."""
+    import torch
+
+    if rows is None:
+        return
     p, d, _ = _oracle_coords(rank, shape)
     dp = shape[1]
     dp_ranks = next(g for g in _oracle_groups(shape, 1) if rank in g)
-    want = list(range(d * total // dp, (d + 1) * total // dp))
-    if rows is not None and rows != want:
+    want = [c.tolist() for c in torch.arange(case["rows"]).chunk(dp)[d].chunk(
+        case["micro_batches"])]
+    if rows != want:
         stage = f" (in pipeline stage {p})" if shape[0] > 1 else ""
-        raise AssertionError(f"{where}: rank {rank}{stage} trained on rows {rows} of the batch; "
-                             f"it is replica {d} of {dp} in its DP group {dp_ranks}, whose rows "
-                             f"are {want}: a rank's replica is its index in its DP group, not "
-                             "a count from its global rank")
-
-
-@exercise
-def train_2d(fn, rng):
-    from distlab import require_filled
-
-    require_filled(fn)
-    # (2, 2, 1): a grid of 2 pipeline stages, each training its own copy: a replica index from
-    # global-rank arithmetic (rank // TP, world // TP replicas) holds only where PP is 1
-    layouts = {1: [(1, 1, 1)], 2: [(1, 2, 1), (1, 1, 2)],
-               4: [(1, 2, 2), (1, 4, 1), (1, 1, 4), (2, 2, 1)]}
-    for n, shapes in layouts.items():
-        cases = []
-        for shape in shapes:
-            dp, tp = shape[1], shape[2]
-            cases.append({"shape": shape, "blocks": int(rng.integers(1, 3)),
-                          "hidden": int(rng.integers(2, 6)), "ff": tp * int(rng.integers(1, 3)),
-                          "seq": int(rng.integers(1, 3)), "rows": dp * int(rng.integers(1, 4)),
-                          "seed": int(rng.integers(1000)), "steps": 2,
-                          "lr": float(rng.uniform(0.05, 0.2))})
-        results = on_ranks(_2d_harness, fn, n, cases)
-        for index, case in enumerate(cases):
-            shape = case["shape"]
-            layout = _layout_text(shape) if shape[0] > 1 else _layout_text(shape)[7:]
-            where = (f"world_size={n}, {layout}, {case['blocks']} block(s), "
-                     f"hidden={case['hidden']}, ff={case['ff']}, {case['rows']} rows")
-            entries = _entries(results, index)
-            first_rank_failure(where, entries)
-            model, whole = _train_plain(case["blocks"], case["hidden"], case["ff"], case["seq"],
-                                        case["rows"], case["seed"], case["steps"], case["lr"])
-            for rank, (_, got) in enumerate(entries):
-                _check_rows(where, rank, got["rows"], shape, case["rows"])
-                _check_dp_average(where, rank, got["rec"], shape, n, 6 * case["blocks"],
-                                  case["steps"], case["blocks"])
-                _check_params(where, rank, got["params"], model, shape)
-                # each pipeline stage of the grid trains its own copy of the whole model here
-                _check_share(where, rank, got["rec"]["flops"], whole, (1, *shape[1:]))
+        raise AssertionError(f"{where}: rank {rank}{stage} ran micro-batches of rows {rows} of "
+                             f"the batch; it is replica {d} of {dp} in its DP group {dp_ranks}, "
+                             f"whose micro-batches are {want}: a rank's replica is its index in "
+                             "its DP group, not a count from its global rank")
 
 
 @exercise
@@ -588,15 +523,19 @@ def train_3d(fn, rng):
     from distlab import require_filled
 
     require_filled(fn)
-    layouts = {2: [(2, 1, 1)], 4: [(2, 2, 1), (2, 1, 2), (4, 1, 1), (1, 2, 2)], 8: [(2, 2, 2)]}
+    # (2, 2, 1): two stages, each with 2 replicas: a replica index from global-rank arithmetic
+    # (rank // TP of world // TP replicas) holds only where PP is 1
+    # (judged first, with 2 rows a micro-batch so that the wrong count does not crash)
+    layouts = {4: [(2, 2, 1), (2, 1, 2), (4, 1, 1), (1, 2, 2)], 2: [(2, 1, 1)], 8: [(2, 2, 2)]}
     for n, shapes in layouts.items():
         cases = []
         for shape in shapes:
             pp, dp, tp = shape
             micro = int(rng.integers(1, 4))
+            per = 2 if shape == (2, 2, 1) else int(rng.integers(1, 3))
             cases.append({"shape": shape, "hidden": int(rng.integers(2, 6)),
                           "ff": tp * int(rng.integers(1, 3)), "seq": int(rng.integers(1, 3)),
-                          "rows": dp * micro * int(rng.integers(1, 3)), "micro_batches": micro,
+                          "rows": dp * micro * per, "micro_batches": micro,
                           "seed": int(rng.integers(1000)), "steps": 2,
                           "lr": float(rng.uniform(0.05, 0.2))})
         results = on_ranks(_3d_harness, fn, n, cases)
@@ -611,6 +550,9 @@ def train_3d(fn, rng):
             model, whole = _train_plain(pp, case["hidden"], case["ff"], case["seq"],
                                         case["rows"], case["seed"], case["steps"], case["lr"])
             for rank, (_, got) in enumerate(entries):
+                _check_micro_rows(where, rank, got["rows"], shape, case)
+                _check_dp_average(where, rank, got["rec"], shape, n, 6, case["steps"],
+                                  2 * case["micro_batches"])
                 _check_pipeline(where, rank, got["rec"], shape, case)
                 _check_params(where, rank, got["params"], model, shape, stage_blocks=True)
                 _check_share(where, rank, got["rec"]["flops"], whole, shape)
@@ -640,6 +582,37 @@ def _check_pipeline(where, rank, rec, shape, case):
                              f"receives; per step and micro-batch it receives one activation "
                              "and one gradient from its neighbour stages and sends one of each "
                              f"back: {want} in all")
+
+
+@exercise
+def tied_groups(fn, rng):
+    for shape in _shapes(rng, 10):
+        pipelines = _oracle_groups(shape, 0)
+        want = sorted(sorted({g[0], g[-1]}) for g in pipelines)
+        got = fn(shape)
+        where = f"tied_groups({shape})"
+        try:
+            got = sorted(sorted({int(r) for r in group}) for group in got)
+        except (TypeError, ValueError):
+            raise AssertionError(f"{where} returned {got!r}: expected a list of lists of "
+                                 "ranks") from None
+        if got == want:
+            continue
+        holders = {r for g in want for r in g}
+        for group in got:
+            extra = sorted(set(group) - holders)
+            if extra:
+                raise AssertionError(f"{where} puts rank(s) {extra} in the group {group}: they "
+                                     "are in a middle stage and hold no copy of the tied weight")
+            mixed = {tuple(_oracle_coords(r, shape)[1:]) for r in group}
+            if len(mixed) > 1:
+                raise AssertionError(
+                    f"{where} sums the copies of ranks {group}, of different (dp, tp) "
+                    f"coordinates {sorted(mixed)}: a copy's gradient is summed only with the "
+                    "other copy of its own pipeline (another replica's is a different batch, "
+                    "another TP rank's the same gradient again)")
+        raise AssertionError(f"{where} is {got}, expected {len(want)} group(s), e.g. {want[0]}: "
+                             "the ranks that hold the two copies used by one pipeline")
 
 
 # ---------------------------------------------------------------- bytes and memory

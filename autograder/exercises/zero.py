@@ -221,19 +221,40 @@ def _zero1_harness(rank, world_size, cls, cases):
         params = list(model.parameters())
         before = _live()  # the model and this rank's batch
         optimizer = cls(params[:-2], getattr(torch.optim, name), **OPTIMIZERS[name])
+        summaries = []
         for step in range(steps):
             model.zero_grad()
             F.mse_loss(model(x), y).backward()
             for p in params:
                 dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
-            optimizer.step()
+            with recording(flops=False, saved=False) as rec:
+                optimizer.step()
+            summaries.append(rec.summary())
             if step == 0:
                 optimizer.add_param_group({"params": params[-2:], "lr": late_lr})
         held_bytes = _live(*[p.grad for p in params]) - before  # what the optimizer added
         held = [any(p is q for q in optimizer.local.state) for p in params]
-        return [p.detach().clone() for p in params], held, held_bytes
+        return [p.detach().clone() for p in params], held, held_bytes, summaries
 
     return _run_cases(rank, world_size, cases, one_case)
+
+
+def _zero1_communication(where, rank, n, numels, summaries):
+    """Each step: every updated parameter's bytes sent once, from its owner (a broadcast per
+    parameter, or an all-gather of padded slices); no all-reduce, which would move each
+    parameter twice."""
+    if n == 1:
+        return
+    for step, summary in enumerate(summaries, 1):
+        made = describe(summary)
+        stepped = 8 * numels[0 if step == 1 else 1]  # the last layer joins after step 1
+        sent = sum(c["bytes"] for c in calls_of(summary))
+        if calls_of(summary, "all_reduce", "reduce_scatter") or not (
+                stepped <= sent <= stepped + 16 * n):  # an all-gather pads each group
+            raise AssertionError(
+                f"{where}: step {step} on rank {rank} made {made}, for {stepped} B of updated "
+                "parameters: ZeRO-1's step sends each updated parameter once, from its owner "
+                "(an all-reduce of masked parameters moves every byte twice)")
 
 
 @exercise
@@ -256,7 +277,8 @@ def ShardedOptimizer(cls, rng):  # noqa: N802 - the exercise is named after the 
             owners, loads = _oracle_assign([p.numel() for p in params[:-2]], [0] * n)
             owners += _oracle_assign([p.numel() for p in params[-2:]], loads)[0]
             full_state = 8 * STATE_PER_ELEMENT[name] * sum(p.numel() for p in params)
-            for rank, (_, (got, held, held_bytes)) in enumerate(entries):
+            numels = [sum(p.numel() for p in params[:-2]), sum(p.numel() for p in params)]
+            for rank, (_, (got, held, held_bytes, summaries)) in enumerate(entries):
                 for i, (pname, param) in enumerate(model.named_parameters()):
                     check_tensor(got[i], param.detach(), where, rank, f"parameter {pname}",
                                  "unsharded training gives")
@@ -275,7 +297,8 @@ def ShardedOptimizer(cls, rng):  # noqa: N802 - the exercise is named after the 
                         raise AssertionError(
                             f"{where}: rank {rank} {'keeps' if held[i] else 'has no'} optimizer "
                             f"state for {pname} {shape}, but its owner is rank {owners[i]} "
-                            "(owners balance elements, largest parameters first)")
+                            "(the owners assign_params gives)")
+                _zero1_communication(where, rank, n, numels, summaries)
 
 
 # ---------------------------------------------------------------- the flat buffer
@@ -662,6 +685,15 @@ def _check_lm(n, case, entries):
             if compute == "float64":
                 check_tensor(grad, want, where, rank, f"the gradient of the slice of {names}",
                              "its slice of the mean gradient is")
+            elif reduce == "float32" and (grad - want).norm() > (zero_lm.BF16_EXACT_RTOL
+                                                                  * want.norm()):
+                gap = ((grad - want).norm() / want.norm()).item()
+                raise AssertionError(
+                    f"{where}: rank {rank}'s slice of {names} got a gradient {gap:.1e} (relative)"
+                    f" from the fp32 mean of the ranks' bf16 gradients, where a reduce in fp32 "
+                    f"keeps it within {zero_lm.BF16_EXACT_RTOL:.0e}: the master's gradient went "
+                    "through bf16 on its way (a bf16 copy of the slice saved, or the result "
+                    "cast to the compute dtype); only the gathered copies are bf16")
             elif (grad - want).norm() > zero_lm.BF16_GRAD_RTOL * want.norm():
                 raise AssertionError(
                     f"{where}: rank {rank}'s slice of {names} got the gradient "

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from distlab import run
+from distlab import reveal, run
 from distlab.zero import (
     count_collectives,
     show_assignment,
@@ -126,30 +126,11 @@ show_memory(model_state_bytes)
 # The optimizer state belongs to parameters, so partition the parameters: each gets one
 # **owner** rank. Every rank still computes every gradient and all-reduces it (DDP's part,
 # notebook 03), but only the owner runs the optimizer on a parameter, so only the owner has
-# its state. Then the owner sends the new value to everyone.
+# its state.
 #
-# Owners should own about the same number of **elements** (the state's size goes with
-# elements, not with how many tensors). A good greedy rule: take the parameters **largest
-# first**, and give each to the rank that owns the fewest elements so far. (A small parameter
-# placed last fixes a small imbalance; a large one placed last makes a large one.)
-#
-# `loads[r]` is how many elements rank $r$ owns already: a parameter group added later is
-# assigned on top of the earlier ones, so `assign_params` takes the loads so far and returns
-# them updated, with the owners.
-
-# %% solution="assign_params"
-def assign_params(sizes, loads):
-    """Give each parameter an owner rank; `sizes` lists their numbers of elements. loads[r]:
-    elements rank r owns already; len(loads) is the world size. Returns (owners, loads):
-    owners[i] is the rank that owns parameter i, loads what each rank owns afterwards."""
-    loads = list(loads)
-    owners = [None] * len(sizes)
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):  # BLANK `-sizes[i]` in which order? # REJECT `sizes[i]`
-        owner = loads.index(min(loads))  # BLANK who gets it? # ACCEPT `min(range(len(loads)), key=loads.__getitem__)` `int(np.argmin(loads))` # REJECT `loads.index(max(loads))`
-        owners[i] = owner
-        loads[owner] += sizes[i]
-    return owners, loads
-
+# The state's size goes with **elements**, not with the number of tensors, and the fullest
+# rank sets the memory every GPU must have. Here is this notebook's small model, its 8 tensors
+# given to 3 ranks in turn (tensor $i$ to rank $i \bmod 3$):
 
 # %%
 WIDTHS = (10, 24, 7, 16, 3)  # the layer widths of this notebook's small model: uneven sizes
@@ -168,6 +149,31 @@ def make_model(widths=None, seed=0, dtype=torch.float64):
 model = make_model()
 names = [name for name, _ in model.named_parameters()]
 sizes = [p.numel() for p in model.parameters()]
+show_assignment(sizes, [i % 3 for i in range(len(sizes))], 3, names)
+
+# %% [markdown]
+# Write `assign_params` so that the fullest rank owns as few elements as a simple rule can
+# manage: two lines, the order in which the parameters are taken and the rank each one goes
+# to. The hidden test compares your fullest rank with that of a good greedy rule, on random
+# sizes. `loads[r]` is how many elements rank $r$ owns already: a parameter group added later
+# is assigned on top of the earlier ones, so `assign_params` takes the loads so far and
+# returns them updated, with the owners.
+
+# %% solution="assign_params"
+def assign_params(sizes, loads):
+    """Give each parameter an owner rank; `sizes` lists their numbers of elements. loads[r]:
+    elements rank r owns already; len(loads) is the world size. Returns (owners, loads):
+    owners[i] is the rank that owns parameter i, loads what each rank owns afterwards."""
+    loads = list(loads)
+    owners = [None] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):  # BLANK `-sizes[i]` in which order? # SHAPE `the order is the idea; a negated subscript matches any -a[b], here a difference of two subscripts` # REJECT `sizes[i]`
+        owner = loads.index(min(loads))  # BLANK who gets it? # ACCEPT `min(range(len(loads)), key=loads.__getitem__)` `int(np.argmin(loads))` # REJECT `loads.index(max(loads))`
+        owners[i] = owner
+        loads[owner] += sizes[i]
+    return owners, loads
+
+
+# %%
 owners, loads = assign_params(sizes, [0, 0, 0])
 print("sizes: ", dict(zip(names, sizes, strict=True)))
 print("owners:", dict(zip(names, owners, strict=True)), " loads:", loads)
@@ -178,7 +184,8 @@ assert sorted(loads) == [187, 191, 240], f"expected loads 240, 191 and 187, got 
 two = assign_params([1, 1, 1, 1, 4], [0, 0])[1]
 assert sorted(two) == [4, 4], f"[1, 1, 1, 1, 4] on 2 ranks: loads {two}, expected 4 and 4"
 assert assign_params([3, 3], [5, 0]) == ([1, 1], [5, 6]), "on top of what each rank owns"
-print("✓ balanced by elements, largest first")
+print(f"✓ fullest rank {max(loads)} elements, against {max(295, 139, 184)} in turn")
+reveal("assign_params")
 
 # %% tests="assign_params_tests" points=2
 # Hidden tests (2 points): 1 to 5 ranks, random sizes and earlier loads; every parameter owned
@@ -188,8 +195,13 @@ from autograder.grade_cell import grade
 grade(assign_params)
 ### END HIDDEN TESTS
 
-# %% [markdown]
-# Who owns what, on 3 ranks (the 24x10 weight alone is more than a third of the model):
+# %% [markdown] why="assign_params"
+# Who owns what, on 3 ranks. The rule that does this: take the parameters **largest first**
+# and give each to the rank that owns the **fewest** elements so far (Graham's *longest
+# processing time first*, 1969: its fullest rank is within 4/3 of the best possible). A small
+# parameter placed last evens out a small difference; a large one placed last makes a large
+# one. Here the 24x10 weight alone is more than a third of the model, so 240 is the best any
+# rule can do.
 
 # %%
 show_assignment(sizes, owners, 3, names)
@@ -204,15 +216,26 @@ show_assignment(sizes, owners, 3, names)
 # once per group, so a subclass that overrides `add_param_group` sees every group, the first
 # ones included.
 #
-# `ShardedOptimizer(params, optimizer_cls, **kwargs)` wraps any of them (AdamW, SGD, ...):
+# `ShardedOptimizer(params, optimizer_cls, **kwargs)` wraps any of them (AdamW, SGD, ...).
+# On every rank it holds **all** parameters (so `zero_grad()` still clears every gradient),
+# and `self.local`, an ordinary `optimizer_cls`, is the only thing that ever creates optimizer
+# state. Each group is assigned with your `assign_params`.
 #
-# * On every rank it holds **all** parameters (so `zero_grad()` still clears every gradient).
-# * Each group is assigned with your `assign_params`; the parameters this rank owns go to
-#   `self.local`, an ordinary `optimizer_cls` over this rank's parameters only: it is the
-#   only one that ever creates optimizer state.
-# * `step()`: the local optimizer updates the owned parameters, then every parameter is sent
-#   from its owner to all ranks: `dist.broadcast(tensor, src=r)` makes every rank's `tensor`
-#   a copy of rank `r`'s (all ranks call it, with the same `src`).
+# What must hold, on $N$ ranks that all call `step()` after DDP's all-reduce:
+#
+# * rank $r$'s `self.local.state` holds the state of the parameters $r$ owns, and nothing more;
+# * after `step()`, every rank's parameters are the updated ones, all of them, equal to what
+#   the unsharded optimizer gives;
+# * the budget of `step()`: each updated parameter's bytes leave one rank, once. The hidden
+#   test records every collective `step()` makes.
+#
+# The collectives you know, on another example (3 ranks, each with a tensor `clock`):
+#
+# | call | afterwards |
+# | --- | --- |
+# | `dist.all_reduce(clock, op=dist.ReduceOp.MAX)` | every rank's `clock` is the largest of the three |
+# | `dist.broadcast(clock, src=2)` | every rank's `clock` is rank 2's (all ranks call it, with the same `src`) |
+# | `dist.all_gather_single(out, clock)` | `out` (3 times as long) holds every rank's `clock`, in rank order |
 #
 # Hyperparameters set later on the wrapper's groups (a learning-rate scheduler does that) are
 # copied to the local groups at each step.
@@ -241,7 +264,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         mine = []
         for p, owner in zip(group["params"], owners, strict=True):
             self.owner[p] = owner
-            if owner == self.rank:  # BLANK is p this rank's? # ACCEPT `self.rank == owner` # REJECT `owner != self.rank`
+            if owner == self.rank:  # BLANK does this rank's optimizer step p? # ACCEPT `self.rank == owner` # REJECT `owner != self.rank`
                 mine.append(p)
         local_group = {**group, "params": mine}
         if self.local is None:
@@ -258,10 +281,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         for group, local_group in self.pairs:
             local_group.update({key: value for key, value in group.items() if key != "params"})
-        self.local.step()  # updates the parameters this rank owns
+        self.local.step()
         for group in self.param_groups:
             for p in group["params"]:
-                dist.broadcast(p, src=self.owner[p])  # BLANK `dist.broadcast(p, src=self.owner[p])` make every rank's p the updated one # ACCEPT `dist.broadcast(tensor=p, src=self.owner[p])` # REJECT `dist.broadcast(p, src=self.rank)` `dist.broadcast(p, src=0)` `dist.all_reduce(p, op=dist.ReduceOp.AVG)`
+                dist.broadcast(p, src=self.owner[p])  # BLANK `dist.broadcast(p, src=self.owner[p])` every rank's p, the updated one # ACCEPT `dist.broadcast(tensor=p, src=self.owner[p])` # REJECT `dist.broadcast(p, src=self.rank)` `dist.broadcast(p, src=0)` `dist.all_reduce(p, op=dist.ReduceOp.AVG)`
         return loss
 
 
@@ -337,7 +360,8 @@ print("✓ ZeRO-1 trains exactly like the optimizer it wraps, with its state spr
 # %% tests="ShardedOptimizer_tests" points=2
 # Hidden tests (2 points): 1 to 4 ranks, random models with uneven parameter sizes, AdamW and
 # SGD with momentum, several steps, a group added later; parameters against unsharded training,
-# optimizer state held by the owner only, and the bytes each rank holds.
+# optimizer state held by the owner only, the bytes each rank holds, and the collectives of
+# each step with their bytes.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade
 grade(ShardedOptimizer)
@@ -394,15 +418,19 @@ print(f"N = 3: message bytes {by_name}; each rank sends {per_rank_bytes(calls, 3
 assert round(per_rank_bytes(calls, 3) / psi_bytes, 6) == 2.0
 
 # %% [markdown]
-# DDP's all-reduce is $2\Psi$ and the owners' broadcasts another $\Psi$: **3Ψ per step** for
-# large $N$ ($3\frac{N-1}{N}\Psi$: 2Ψ on 3 ranks), half as much again as DDP. The paper's
-# ZeRO-1 costs $2\Psi$, the same as DDP, because it does not all-reduce: the gradients are
-# **reduce-scattered**, each slice summed only on the rank that owns it ($\Psi$), and the
-# updated parameters all-gathered ($\Psi$). An all-reduce *is* a
-# reduce-scatter followed by an all-gather (notebook 01), and ZeRO moves the optimizer step
-# in between, where each rank needs only its own slice. For that, a slice must be the same
-# thing on every rank, which whole parameters of different sizes are not. Next: cut one flat
-# buffer instead.
+# Why it works: only the owner steps a parameter, so only the owner ever has its state; then
+# the owner **broadcasts** the new value, and each parameter's bytes leave one rank once.
+#
+# Which ZeRO-1 is this? It is the design of PyTorch's `ZeroRedundancyOptimizer` (and of
+# CS336's `ShardedOptimizer`): whole parameters with owners, on top of DDP's unchanged
+# all-reduce. It costs **3Ψ per step** for large $N$ ($3\frac{N-1}{N}\Psi$: 2Ψ on 3 ranks),
+# half as much again as DDP: the all-reduce ($2\Psi$) hands every rank the averaged gradient
+# of *every* parameter, though each rank uses only those it owns, and the broadcasts add
+# another $\Psi$. Its merit is that it wraps any optimizer and any DDP without touching either.
+# The paper's $P_{os}$ (section 5.1 of Rajbhandari et al.) costs $2\Psi$, DDP's traffic, and
+# needs what whole parameters of different sizes cannot give: a slice that is the same thing
+# on every rank (section 7.2). Next: one flat buffer, cut into equal slices; section 4 then builds that
+# $2\Psi$ pattern.
 #
 # ## 3. One flat buffer, equal slices
 #
@@ -427,7 +455,7 @@ assert round(per_rank_bytes(calls, 3) / psi_bytes, 6) == 2.0
 # * `dist.reduce_scatter_single(out, full, op=dist.ReduceOp.AVG)`: `out` (one slice) becomes
 #   slice `rank` of the average over ranks of their `full` buffers.
 #
-# Complete the layout: how long a slice is, and which one is this rank's.
+# Complete the layout: how long is a slice?
 
 # %% solution="FlatShard"
 class FlatShard:
@@ -448,7 +476,7 @@ class FlatShard:
 
     def shard_of(self, flat):
         """This rank's slice of a full buffer (a view: writing to it writes to `flat`)."""
-        return flat[self.rank * self.size:(self.rank + 1) * self.size]  # BLANK `self.rank * self.size:(self.rank + 1) * self.size` which elements are this rank's? # ACCEPT `self.rank * self.size:self.rank * self.size + self.size` # REJECT `self.rank * self.size:(self.rank + 1) * self.size - 1`
+        return flat[self.rank * self.size:(self.rank + 1) * self.size]
 
     def views(self, flat):
         """The tensors, as views of a full buffer, in their shapes."""
@@ -497,8 +525,8 @@ for rank, (flat, shard, same, mean_slice) in enumerate(results):
     assert mean_slice == [2 * v for v in shard], "the mean of 1x, 2x and 3x the buffer is 2x"
 print("✓ equal, padded slices; gathered back whole; reduce-scattered to their owners")
 
-# %% tests="FlatShard_tests" points=2
-# Hidden tests (2 points): 1 to 4 ranks, random shapes (fewer elements than ranks, multiples of
+# %% tests="FlatShard_tests" points=1
+# Hidden tests (1 point): 1 to 4 ranks, random shapes (fewer elements than ranks, multiples of
 # the world size and not), float32 and float64; the buffer, each slice, gather, reduce-scatter.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade
@@ -510,18 +538,21 @@ grade(FlatShard)
 #
 # With the flat buffer, ZeRO-2 is a short class. At construction every parameter is moved
 # into one flat buffer (`p.data = view` makes `p` a view of it, so updating the buffer updates
-# the model), and this rank's slice of that buffer, `self.shard`, is all the local optimizer
-# sees. At each step:
+# the model), and `self.shard` is this rank's slice of that buffer (a view too).
 #
-# 1. flatten this rank's full gradients (computed by the backward as usual);
-# 2. **reduce-scatter** them: this rank receives the averaged gradient of its slice only. No
-#    rank ever needs the averaged gradient of anyone else's slice, so none keeps one, and the
-#    full gradients are dropped: what stays is $\Psi/N$ of gradient;
-# 3. step the local optimizer on the slice; 4. all-gather the slices into the flat buffer.
+# The situation when `step()` starts, on each of $N$ ranks: the backward has just filled
+# every `p.grad` with **this rank's own** gradient (of its part of the batch; no all-reduce
+# was made). What must hold when `step()` returns:
 #
-# (DeepSpeed reduce-scatters in buckets *during* the backward, so that a full gradient never
-# exists at all; here it is done once the backward is over, which frees the same memory a
-# little later.)
+# * every rank's parameters are the updated ones, equal to the unsharded optimizer's on the
+#   whole batch;
+# * a rank keeps optimizer state for its slice only, and **no full gradient**: the only
+#   gradient left is one slice long, $\Psi/N$;
+# * the budget: DDP's traffic, $2\Psi$ per rank for large $N$ (the hidden test records each
+#   collective of `step()` and its bytes).
+#
+# The tools: your `FlatShard` (`flatten`, `shard_of`, `views`, `gather(shard, out=...)`,
+# `reduce_scatter(flat)`); an optimizer over a tensor `t` steps with `t.grad`.
 
 # %% solution="Zero2Optimizer" drill
 class Zero2Optimizer:
@@ -534,18 +565,18 @@ class Zero2Optimizer:
         self.flat = self.layout.flatten([p.detach() for p in self.params])
         for p, view in zip(self.params, self.layout.views(self.flat), strict=True):
             p.data = view  # p now lives in the flat buffer
-        self.shard = self.layout.shard_of(self.flat)  # this rank's slice (a view too)
-        self.local = optimizer_cls([self.shard], **kwargs)  # BLANK `[self.shard]` which tensor does this rank's optimizer update? # REJECT `self.params` `[self.flat]`
+        self.shard = self.layout.shard_of(self.flat)
+        self.local = optimizer_cls([self.shard], **kwargs)  # BLANK `[self.shard]` what this rank's optimizer steps # REJECT `self.params` `[self.flat]`
 
     @torch.no_grad()
     def step(self):
         flat_grad = self.layout.flatten([p.grad for p in self.params])  # this rank's, in full
         for p in self.params:
-            p.grad = None  # BLANK what is left of the full gradient? # REJECT `torch.zeros_like(p)` `p.grad`
-        self.shard.grad = self.layout.reduce_scatter(flat_grad)  # BLANK `self.layout.reduce_scatter(flat_grad)` what does this rank's optimizer step with? # REJECT `self.layout.shard_of(flat_grad)`
+            p.grad = None
+        self.shard.grad = self.layout.reduce_scatter(flat_grad)  # BLANK `self.layout.reduce_scatter(flat_grad)` the gradient this rank's optimizer steps with # REJECT `self.layout.shard_of(flat_grad)`
         del flat_grad
-        self.local.step()  # updates self.shard, a slice of self.flat
-        self.layout.gather(self.shard, out=self.flat)  # BLANK `self.layout.gather(self.shard, out=self.flat)` every rank's new slice, into every p # ACCEPT `self.flat.copy_(self.layout.gather(self.shard))` # REJECT `self.layout.gather(self.flat, out=self.flat)` # REJECT `None`
+        self.local.step()
+        self.layout.gather(self.shard, out=self.flat)  # BLANK `self.layout.gather(self.shard, out=self.flat)` every rank's parameters, updated # ACCEPT `self.flat.copy_(self.layout.gather(self.shard))` # REJECT `self.layout.gather(self.flat, out=self.flat)` # REJECT `None`
 
 
 # %%
@@ -582,9 +613,10 @@ for optimizer_cls, kwargs in (ADAMW, SGD):
     print(f"{optimizer_cls.__name__}: parameters equal; state bytes per rank "
           f"{[held for _, held, _ in results]}: equal slices of {sum(sizes)} elements + padding")
 print("✓ ZeRO-2 trains exactly like the unsharded optimizer")
+reveal("Zero2Optimizer")
 
-# %% tests="Zero2Optimizer_tests" points=4
-# Hidden tests (4 points): 1 to 4 ranks, random models, AdamW and SGD with momentum, several
+# %% tests="Zero2Optimizer_tests" points=3
+# Hidden tests (3 points): 1 to 4 ranks, random models, AdamW and SGD with momentum, several
 # steps; parameters against unsharded training, the collectives of a step, no full gradient
 # left, state for the slice only.
 ### BEGIN HIDDEN TESTS
@@ -592,7 +624,7 @@ from autograder.grade_cell import grade
 grade(Zero2Optimizer)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="Zero2Optimizer"
 # And its communication: one reduce-scatter and one all-gather of the (padded) flat buffer.
 
 # %%
@@ -612,46 +644,118 @@ print(f"N = 4: {calls}; each rank sends {sent:.4f} Ψ (2(N-1)/N = {2 * 3 / 4:.4f
 assert abs(sent - 2 * 3 / 4 * 4 * slice_len / sum(sizes)) < 1e-9
 
 # %% [markdown]
-# $2\Psi$, like DDP: the paper's stages 1 and 2 both communicate this way, and differ only in
-# whether the full gradient is kept. ZeRO-1 and -2 come for free in bandwidth.
+# Why this is $2\Psi$, like DDP: an all-reduce *is* a reduce-scatter followed by an
+# all-gather (notebook 01), and ZeRO puts the optimizer step in between, where each rank
+# needs only its own slice: the **reduce-scatter** sums each slice's gradients only on the
+# rank that owns it ($\Psi$), and the **all-gather** hands every rank every updated slice
+# ($\Psi$). The paper's stages 1 and 2 both communicate this way and differ only in whether
+# the full gradient is kept: ZeRO-1 and -2 come for free in bandwidth. (DeepSpeed
+# reduce-scatters in buckets *during* the backward, so that a full gradient never exists at
+# all; here it is done once the backward is over, which frees the same memory a little later.)
 #
 # ## 5. ZeRO-3: gather, use, free
 #
-# Stage 3 partitions the parameters themselves: between uses, each rank keeps only its slice
-# of them. The model is cut into **units** (a layer, a transformer block: what FSDP calls the
-# modules you wrap); each unit's parameters lie in one flat buffer (section 3), of which each
-# rank keeps its slice. A unit's parameters are **all-gathered just before its forward** and
-# dropped right after; the backward needs them again, so they are **gathered again**, then
-# dropped again, and the unit's gradient is **reduce-scattered** at once, so each rank keeps
-# its slice of that too. At any moment a rank holds one whole unit, not the model.
+# Stage 3 partitions the parameters themselves. The model is cut into **units** (a layer, a
+# transformer block: what FSDP calls the modules you wrap); each unit's parameters lie in one
+# flat buffer (section 3), of which each rank keeps its slice, the **master** copy that the
+# optimizer updates. What must hold, on every rank:
 #
-# There is a catch. Autograd keeps whatever an operation needs for its backward: `F.linear`
-# saves its weight. Gather the weight, call `F.linear` under autograd, drop your variable, and
-# autograd still holds the full weight until the backward (you will see it below). So each
-# call of a unit is one `torch.autograd.Function`, which decides what is saved:
+# * between two uses of a unit, the rank holds its slice of it and nothing more of it: a whole
+#   unit exists only while one call of it computes, forward or backward;
+# * outputs, input gradients and trained parameters equal the unsharded model's;
+# * after the backward, the rank's slice has its slice of the **averaged** gradient (no DDP
+#   all-reduce runs: the units do all the communication).
 #
-# * `forward(ctx, *inputs)` runs without autograd recording anything;
-#   `ctx.save_for_backward(*tensors)` keeps tensors for the backward, `ctx.anything = value`
-#   keeps other objects;
-# * `backward(ctx, grad_output)` gets them back (`ctx.saved_tensors`) and returns one gradient
-#   per input of `forward` (`None` for a non-tensor).
+# The plumbing is given: `distlab.zero_units.shard_units` walks the model, flattens each
+# unit's parameters into a `FlatShard` (a parameter held by two modules, such as an embedding
+# tied to the LM head, once), keeps this rank's slice as a parameter of the model (so an
+# optimizer over `model.parameters()` sees only slices: any element-wise optimizer is already
+# sharded) and sends **every call** of a unit's module through
+# `function.apply(shard, unit, *inputs)`, with its floating inputs cast to the compute dtype.
+# `unit.run(full, inputs)` runs the module's forward with its parameters taken from a gathered
+# flat buffer `full`, whatever the module is (an embedding, a LayerNorm, a transformer block).
+# The parameters no unit holds form one more unit, the root's. Frozen parameters
+# (`requires_grad=False`) stay whole on every rank: no gradient, no optimizer state.
+
+# %%
+def zero3(model, units=None, compute_dtype=None, reduce_dtype=None, function=None):
+    """`model`, sharded in place unit by unit (default: each child that has parameters),
+    computing in `compute_dtype` and reducing gradients in `reduce_dtype` (default: the
+    compute dtype, as FSDP2's MixedPrecisionPolicy), each call through `function` (default:
+    your GatheredUnit, below)."""
+    if units is None:
+        units = [child for child in model.children() if any(True for _ in child.parameters())]
+    return shard_units(model, units, function or GatheredUnit, FlatShard, compute_dtype,
+                       reduce_dtype)
+
+
+# %% [markdown]
+# Here is the first thing one would try, `KeptUnit`: gather, then the module's own forward
+# under autograd. `count_collectives` keeps an eye (a weak reference, which keeps nothing
+# alive) on every buffer an all-gather filled; the picture shows, on one of 3 ranks, the bytes
+# of gathered units still alive after each layer's forward (F) and backward (B), for one
+# forward and backward of a 5-layer model.
+
+# %%
+DEEP = (32, 64, 64, 64, 64, 8)
+
+
+class KeptUnit:
+    """Gather, then the plain forward under autograd (the slice gets no gradient here: only
+    the memory matters)."""
+
+    @staticmethod
+    def apply(shard, unit, *inputs):
+        return unit.run(unit.layout.gather(shard.detach()), inputs)
+
+
+def gathered_alive(rank, world_size, function):
+    model = zero3(make_model(DEEP, dtype=torch.float32), function=function)
+    x, _ = my_part(make_batch(world_size, widths=DEEP, dtype=torch.float32), rank, world_size)
+    with count_collectives() as counter:
+        trace = trace_gathered(model, x, counter)
+    return trace, counter.peak_gathered_bytes
+
+
+traces = {}
+trace, kept_peak = run(gathered_alive, KeptUnit, world_size=3)[0]
+traces["KeptUnit"] = trace
+layer_bytes = 4 * (64 * 64 + 64)
+print(f"KeptUnit: peak of gathered bytes alive {kept_peak / 1e3:.1f} kB; one 64x64 layer is "
+      f"{layer_bytes / 1e3:.1f} kB")
+show_live(traces, "Gathered layers alive on rank 0, 3 ranks")
+
+# %% [markdown]
+# The naive unit climbs layer by layer to the whole model, on every rank: stage 3 undone. Your
+# unit is one `torch.autograd.Function`, which decides itself what autograd keeps. The API, on
+# another example:
 #
-# Inside, the unit's own module computes, whatever it is (an embedding, a LayerNorm, a whole
-# transformer block): `unit.run(full, inputs)` runs the module's forward with its parameters
-# taken from a gathered flat buffer `full`. Since the forward recorded nothing, the backward
-# runs it once more, under autograd, and takes its gradients:
-# `unit.gradients(full, inputs, grad_output)` returns the inputs' gradients and `full`'s (a
-# flat buffer like `full`). That is notebook 05's gradient checkpointing, one unit at a time:
-# a unit keeps only its inputs between forward and backward. (FSDP keeps autograd's
-# activations instead, and frees the storage under the saved parameters, refilling it before
-# the backward: less compute, more bookkeeping.)
+# ```python
+# class Scaled(torch.autograd.Function):        # y = weight * x, with weight a fixed buffer
+#     @staticmethod
+#     def forward(ctx, x, weight, note):         # runs with autograd recording nothing
+#         ctx.note = note                         # any object, kept for the backward
+#         ctx.save_for_backward(weight)           # tensors kept for the backward
+#         return weight * x
 #
-# **Mixed precision.** The slice a rank keeps is the **master** copy, in fp32: the optimizer
-# updates it, and its state is fp32 too. The compute runs in `unit.compute_dtype` (bf16 or
-# fp16: half the bytes, and the fast units of a GPU), so the whole parameters exist only in
-# that dtype; gradients are averaged in `unit.reduce_dtype`. Cast each copy where it is
-# smallest: `t.to(dtype)` is a copy of `t` in `dtype` (or `t` itself when it already is).
-# With plain fp32 training, both dtypes are the master's, and every cast is a no-op.
+#     @staticmethod
+#     def backward(ctx, grad_y):                  # one gradient per input of forward
+#         (weight,) = ctx.saved_tensors
+#         return weight * grad_y, None, None      # None: no gradient (a buffer, an object)
+# ```
+#
+# Since your forward records nothing, the backward must run the module again under autograd:
+# `unit.gradients(full, inputs, grad_output)` does it and returns the inputs' gradients and the
+# gradient of `full` (a flat buffer like `full`).
+#
+# **Mixed precision.** The master slice is fp32 and so is its optimizer state. The compute
+# runs in `unit.compute_dtype` (bf16 or fp16: half the bytes, and the fast units of a GPU);
+# gradients are averaged in `unit.reduce_dtype`. The budget the hidden tests measure: every
+# all-gather moves `compute_dtype` bytes, every reduce-scatter `reduce_dtype` bytes, and the
+# master's gradient is as precise as the reduce dtype makes it: the slice's own dtype, never
+# rounded to the compute dtype on the way. `t.to(dtype)` is a copy of `t` in `dtype` (or `t`
+# itself when it already is). With plain fp32 training both dtypes are the master's and every
+# cast is a no-op.
 
 # %% solution="GatheredUnit"
 class GatheredUnit(torch.autograd.Function):
@@ -662,42 +766,26 @@ class GatheredUnit(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, shard, unit, *inputs):
-        full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK the whole unit, in the compute dtype, for this call only # ACCEPT `unit.layout.gather(shard.detach().to(unit.compute_dtype))` # REJECT `unit.layout.gather(shard)` `unit.layout.gather(shard).to(unit.compute_dtype)` `unit.layout.flatten([shard.to(unit.compute_dtype)])`
+        full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK `full = unit.layout.gather(shard.to(unit.compute_dtype))` the whole unit, for this call # ACCEPT `full = unit.layout.gather(shard.detach().to(unit.compute_dtype))` # REJECT `full = unit.layout.gather(shard)` `full = unit.layout.gather(shard).to(unit.compute_dtype)` `full = unit.layout.flatten([shard.to(unit.compute_dtype)])`
         ctx.unit = unit
-        ctx.save_for_backward(shard, *inputs)  # BLANK `ctx.save_for_backward(shard, *inputs)` what must the backward find here? # ACCEPT `ctx.save_for_backward(shard.detach(), *inputs)` # REJECT `ctx.save_for_backward(full, *inputs)` `ctx.save_for_backward(unit.layout.gather(shard), *inputs)`
-        return unit.run(full, inputs)  # the module's own forward, on the gathered parameters
+        ctx.save_for_backward(shard, *inputs)  # BLANK `ctx.save_for_backward(shard, *inputs)` kept for the backward # ACCEPT `ctx.save_for_backward(shard.detach(), *inputs)` # REJECT `ctx.save_for_backward(full, *inputs)` `ctx.save_for_backward(unit.layout.gather(shard), *inputs)` `ctx.save_for_backward(shard.to(unit.compute_dtype), *inputs)`
+        return unit.run(full, inputs)
 
     @staticmethod
     def backward(ctx, grad_output):
-        shard, *inputs = ctx.saved_tensors
         unit = ctx.unit
-        full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK the whole unit again # REJECT `unit.layout.views(shard)` `shard` # REJECT `unit.layout.gather(shard)`
-        grad_inputs, grad_full = unit.gradients(full, inputs, grad_output)  # forward + backward
-        grad_shard = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype))  # BLANK this rank's slice of the averaged gradient # ACCEPT `unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype).contiguous())` # REJECT `unit.layout.reduce_scatter(grad_full)` `unit.layout.shard_of(grad_full)` `unit.layout.reduce_scatter(grad_full.float())` `unit.layout.reduce_scatter(grad_full).to(unit.reduce_dtype)`
-        return grad_shard.to(shard.dtype), None, *grad_inputs  # the master's gradient: fp32
+        shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK `shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard.to(unit.compute_dtype))` full and inputs, for this call's backward # REJECT `full, *inputs = ctx.saved_tensors` `shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard)` `shard, *inputs = ctx.saved_tensors; full = shard`
+        grad_inputs, grad_full = unit.gradients(full, inputs, grad_output)
+        grad_master = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)  # BLANK the master's gradient # ACCEPT `unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype).contiguous()).to(shard.dtype)` `unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype))` # REJECT `unit.layout.reduce_scatter(grad_full).to(shard.dtype)` `unit.layout.shard_of(grad_full).to(shard.dtype)` `unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(unit.compute_dtype)` `unit.layout.reduce_scatter(grad_full).to(unit.reduce_dtype).to(shard.dtype)`
+        return grad_master, None, *grad_inputs
 
 
 # %% [markdown]
-# The plumbing around it is `distlab.zero_units.shard_units`: it walks the model, flattens
-# each unit's parameters into a `FlatShard` (a parameter held by two modules, such as an
-# embedding tied to the LM head, once), keeps this rank's slice as a parameter of the model
-# (so an optimizer over `model.parameters()` sees only slices: any element-wise optimizer is
-# already sharded) and sends every call of a unit's module through your `GatheredUnit`, with
-# its floating inputs cast to the compute dtype. The parameters no unit holds form one more
-# unit, the root's. Frozen parameters (`requires_grad=False`) stay whole on every rank: they
-# have no gradient and no optimizer state.
+# The check: 3 steps of the small model, each `Linear` a unit, on 3 ranks, against the
+# unsharded model (outputs, input gradients, trained parameters), then the picture above again
+# with your unit beside the naive one.
 
 # %%
-def zero3(model, units=None, compute_dtype=None, reduce_dtype=None, function=None):
-    """`model`, sharded in place unit by unit (default: each child that has parameters),
-    computing in `compute_dtype` and reducing gradients in `reduce_dtype` (default: the
-    compute dtype, as FSDP2's MixedPrecisionPolicy), through `function` (GatheredUnit)."""
-    if units is None:
-        units = [child for child in model.children() if any(True for _ in child.parameters())]
-    return shard_units(model, units, function or GatheredUnit, FlatShard, compute_dtype,
-                       reduce_dtype)
-
-
 def full_parameters(model):
     """{name: the whole parameter}, each unit gathered (a collective: every rank calls it)."""
     full = {}
@@ -742,15 +830,24 @@ for optimizer_cls, kwargs in (ADAMW, SGD):
         for got, want_p, pname in zip(params, expected, names, strict=True):
             assert torch.allclose(got, want_p, rtol=1e-10, atol=1e-12), f"rank {rank}'s {pname}"
     print(f"{optimizer_cls.__name__}: outputs, input gradients and trained parameters equal")
-print("✓ ZeRO-3 computes what the unsharded model computes")
+
+trace, peak = run(gathered_alive, GatheredUnit, world_size=3)[0]
+traces["GatheredUnit"] = trace
+print(f"GatheredUnit: peak of gathered bytes alive {peak / 1e3:.1f} kB (KeptUnit: "
+      f"{kept_peak / 1e3:.1f} kB)")
+assert max(b for _, b in traces["GatheredUnit"]) == 0, "a gathered layer outlived its call"
+assert max(b for _, b in traces["KeptUnit"]) > 3 * layer_bytes
+show_live(traces, "Gathered layers alive on rank 0, 3 ranks")
+print("✓ ZeRO-3 computes what the unsharded model computes, and frees every gathered layer")
+reveal("GatheredUnit")
 
 # %% tests="GatheredUnit_tests" points=4
 # Hidden tests (4 points): 1 to 4 ranks, random layer widths, AdamW and SGD with momentum;
 # outputs, input gradients and trained parameters against the unsharded model; what is saved
 # and held between forward and backward, and the collectives of each; on 2 and 4 ranks, a small
 # transformer (embedding, LayerNorm, linears without bias, a tied LM head, a frozen parameter,
-# 3-D inputs) in float64, and in bf16 with gradients reduced in fp32 and in bf16: the dtype
-# and the bytes of each copy.
+# 3-D inputs) in float64, and in bf16 with gradients reduced in fp32 and in bf16: the dtype,
+# the bytes and the precision of each copy.
 ### BEGIN HIDDEN TESTS
 # Seed 003, fixed here. §16.2 splits each gradient with torch.chunk(g, world_size), which
 # returns fewer than world_size chunks when a dimension is short (a 3-element bias on 4 ranks),
@@ -764,50 +861,22 @@ from autograder.grade_cell import grade
 grade(GatheredUnit)
 ### END HIDDEN TESTS
 
-# %% [markdown]
-# ### Freed, or kept alive by autograd?
+# %% [markdown] why="GatheredUnit"
+# Why it frees: autograd keeps whatever an operation needs for its backward (`F.linear` saves
+# its weight), so `KeptUnit`'s gathered weights live until their backward, whatever variables
+# are dropped. A Function's forward records nothing: it saves only the **slice** (already
+# held: it costs nothing) and the inputs, and its backward **gathers the unit again**, runs
+# the module once more under autograd, and **reduce-scatters** the gradient at once, so each
+# rank keeps its slice of that too. Its peak is one layer, during that layer's forward or
+# backward. Running the forward again is notebook 05's gradient checkpointing, one unit at a
+# time: a unit keeps only its inputs between forward and backward. (FSDP keeps autograd's
+# activations instead, and frees the storage under the saved parameters, refilling it before
+# the backward: less compute, more bookkeeping.)
 #
-# `count_collectives` also keeps an eye (a weak reference, which keeps nothing alive) on every
-# buffer an all-gather filled. Below, one forward and backward of a deeper model on 3 ranks,
-# with the bytes of gathered layers still alive after each layer's forward (F) and backward
-# (B). `KeptUnit` is the naive version: gather, then the module's plain forward under autograd.
-
-# %%
-DEEP = (32, 64, 64, 64, 64, 8)
-
-
-class KeptUnit:
-    """The naive ZeRO-3 unit: autograd saves the gathered weight (and the slice gets no
-    gradient: only the memory matters here)."""
-
-    @staticmethod
-    def apply(shard, unit, *inputs):
-        return unit.run(unit.layout.gather(shard.detach()), inputs)
-
-
-def gathered_alive(rank, world_size, function):
-    model = zero3(make_model(DEEP, dtype=torch.float32), function=function)
-    x, _ = my_part(make_batch(world_size, widths=DEEP, dtype=torch.float32), rank, world_size)
-    with count_collectives() as counter:
-        trace = trace_gathered(model, x, counter)
-    return trace, counter.peak_gathered_bytes
-
-
-traces = {}
-for function in (KeptUnit, GatheredUnit):
-    trace, peak = run(gathered_alive, function, world_size=3)[0]
-    traces[function.__name__] = trace
-    print(f"{function.__name__:12s} peak of gathered bytes alive: {peak / 1e3:6.1f} kB")
-layer_bytes = 4 * (64 * 64 + 64)
-assert max(b for _, b in traces["GatheredUnit"]) == 0, "a gathered layer outlived its use"
-assert max(b for _, b in traces["KeptUnit"]) > 3 * layer_bytes
-show_live(traces, "Gathered layers alive on rank 0, 3 ranks")
-print("✓ GatheredUnit frees every gathered layer; the naive version keeps them all until B")
-
-# %% [markdown]
-# The naive version climbs layer by layer to the whole model (on every rank: stage 3 undone)
-# and only lets go in the backward. Yours is back to zero after each layer; its peak, during a
-# layer's forward or backward, is one layer.
+# The casts sit where each copy is smallest: the slice is cast to the compute dtype *before*
+# the all-gather (half the bytes on the wire and in memory in bf16), the gradient to the
+# reduce dtype before the reduce-scatter, and the result back to the master's dtype. Saving a
+# bf16 copy of the slice instead would send the master's gradient through bf16.
 #
 # ## 6. Memory, measured against the formula
 #
@@ -867,25 +936,28 @@ print("✓ the formula predicts the measured bytes")
 # ## 7. Communication per stage, counted
 #
 # The same steps, with each rank's sent bytes (ring algorithms, the table of section 2) in
-# units of $\Psi$ parameters' bytes. The paper's counts are the limits as $N$ grows:
-# $2\Psi$ for DDP, $2\Psi$ for stages 1 and 2, $3\Psi$ for stage 3 (one more all-gather,
-# the backward's).
+# units of $\Psi$ parameters' bytes, beside their limit as $N$ grows and the paper's count
+# (Rajbhandari et al., section 7: $2\Psi$ for DDP and for stages 1 and 2, $3\Psi$ for stage
+# 3). Stage 1 here is section 2's design, not the paper's.
 
 # %%
 psi_big_bytes = 4 * psi_big
-print("stage                                 N=2    N=3    N=4    paper (N large)")
+print("stage                                 N=2    N=3    N=4    N large   paper")
 labels = ["0 DDP: all-reduce", "1 yours: all-reduce + broadcast",
           "2 reduce-scatter + all-gather", "3 all-gather x2 + reduce-scatter"]
-for stage, (label, limit) in enumerate(zip(labels, [2, 3, 2, 3], strict=True)):
+for stage, (label, limit, paper_limit) in enumerate(zip(labels, [2, 3, 2, 3], [2, 2, 2, 3],
+                                                        strict=True)):
     sent = [per_rank_bytes(measured_steps[n, stage][0][0], n) / psi_big_bytes for n in (2, 3, 4)]
-    print(f"{label:36s} " + " ".join(f"{s:6.2f}" for s in sent) + f"   {limit}Ψ")
+    print(f"{label:36s} " + " ".join(f"{s:6.2f}" for s in sent) + f"   {limit}Ψ"
+          f"        {paper_limit}Ψ")
     for n, s in zip((2, 3, 4), sent, strict=True):
         assert abs(s - limit * (n - 1) / n) < 0.01, (stage, n, s)
-print("✓ per rank: 2(N-1)/N, 3(N-1)/N, 2(N-1)/N and 3(N-1)/N times Ψ: 2Ψ, 3Ψ, 2Ψ, 3Ψ in the limit")
+print("✓ per rank: 2(N-1)/N, 3(N-1)/N, 2(N-1)/N and 3(N-1)/N times Ψ")
 
 # %% [markdown]
-# Stage 1 as built in section 2 (on top of DDP's all-reduce) is 3Ψ; done the paper's way, with
-# the reduce-scatter of section 4 and the full gradient kept, it is 2Ψ. Stage 3 pays 1.5x DDP's
+# Stage 1 as built in section 2 (PyTorch's `ZeroRedundancyOptimizer` design, on top of DDP's
+# all-reduce) is 3Ψ; the paper's stage 1 communicates as section 4 does (reduce-scatter, step,
+# all-gather), keeping the full gradient, and is 2Ψ. Stage 3 pays 1.5x DDP's
 # traffic for memory that falls as $1/N_d$. (Stage 3 also sends its messages one layer at a
 # time, each waited for: that is what the library below overlaps with compute.)
 #
@@ -949,7 +1021,12 @@ print("✓ FSDP2, your ZeRO-3 and the unsharded model end with the same paramete
 # embedding (a lookup, no matmul), LayerNorms, attention and MLP linears without bias, 3-D
 # activations (batch, sequence, features), and an LM head that **ties** its weight to the
 # embedding (one parameter used twice: one slice, whose gradient gets both uses). Each block is
-# a unit; the embeddings, the last norm and the head are the root's unit.
+# a unit; the embeddings, the last norm and the head are the root's unit. Your units gather a
+# unit once per **call** of a module it holds: the root's unit holds four (the token and
+# position embeddings, the last norm, the head), so it is gathered 4 times in each forward and
+# again 4 times in the backward, where FSDP2 gathers the root once before the forward and once
+# for the backward. (Gathering it once would mean keeping it whole from the first of its
+# modules to the last: here, across the whole model.)
 #
 # Then the same model with FSDP2, unit for unit, under `MixedPrecisionPolicy(param_dtype=
 # torch.bfloat16, reduce_dtype=torch.float32)`: its documentation (PyTorch, `torch.distributed.
@@ -1089,8 +1166,9 @@ print("✓ fp32: your ZeRO-3 and FSDP2 train the transformer as one process does
 # differ from both libraries' by about $2\cdot 10^{-5}$. (In float64, as in the checks above,
 # the same code agrees to $10^{-10}$.)
 #
-# Now in bf16. It keeps 8 significant bits: each value rounds by up to $2^{-9}$ of itself,
-# so a bf16 forward differs from the fp32 one by a few $2^{-9}$ in every matmul. Reduced in
+# Now in bf16. It keeps 8 significant bits: each value rounds to the nearest of them, off by
+# up to $2^{-8}$ of itself, so a bf16 forward differs from the fp32 one by a few $2^{-8}$ in
+# every matmul. Reduced in
 # **fp32**, the gradients are the exact average of the ranks' bf16 gradients; reduced in
 # **bf16**, the sum itself rounds too, at every one of the $N-1$ additions of the ring, and
 # travels in half the bytes. The check: every step's mean loss within $2^{-8}$ (relative) of

@@ -10,14 +10,14 @@
 #
 # **What you will build**
 #
-# 1. The grid: a rank's (pp, dp, tp) coordinates, and which ranks form each TP, DP and PP
-#    group, checked against PyTorch's `init_device_mesh`.
-# 2. 2-D on 4 real ranks (DP 2 x TP 2): a small transformer MLP block split over its TP
-#    group, its gradients averaged over its DP group, equal to training on one process. Then
-#    the same with PyTorch's own `parallelize_module` and `fully_shard`.
-# 3. 3-D on 8 ranks (PP 2 x DP 2 x TP 2): the blocks as pipeline stages.
-# 4. Bytes: each group's traffic predicted, then measured on the run.
-# 5. Choosing a layout for a trillion-parameter model.
+# 1. The grid: which ranks form each TP, DP and PP group, checked against PyTorch's
+#    `init_device_mesh`.
+# 2. A small transformer MLP block split over a TP group, then 2-D (DP 2 x TP 2) with
+#    PyTorch's own `parallelize_module` and `fully_shard`, equal to training on one process.
+# 3. 3-D on 8 ranks (PP 2 x DP 2 x TP 2): the blocks as pipeline stages, written by hand;
+#    then a weight that two stages share.
+# 4. Bytes: each group's messages predicted, then measured on the run.
+# 5. Memory, and choosing a layout for a trillion-parameter model.
 #
 # **How to use this notebook.** Code cells with `_____` are yours: replace each `_____` with
 # code (the comment after it, `# [n] ...`, is a hint for blank *n*). Run the cell, then run the
@@ -36,10 +36,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from distlab import require_filled, run
+from distlab import require_filled, reveal, run
 from distlab.hybrid import count_by_group, show_bytes, show_grid, show_layouts
 
 # %% [markdown]
@@ -57,39 +58,20 @@ from distlab.hybrid import count_by_group, show_bytes, show_grid, show_layouts
 #               dp=1:        6    7
 # ```
 #
-# From coordinates to a rank is `rank = (p * DP + d) * TP + t`. Write the way back: a rank's
-# coordinates, for any shape.
-
-# %% solution="mesh_coords" drill
-def mesh_coords(rank, shape):
-    """(p, d, t): rank's coordinates in a grid of shape (pp, dp, tp), tp changing fastest."""
-    pp, dp, tp = shape
-    return rank // (dp * tp), rank // tp % dp, rank % tp  # BLANK three coordinates # ACCEPT `(rank // tp // dp, rank // tp % dp, rank % tp)` # REJECT `(rank // (dp * tp), rank % dp, rank % tp)` `(rank % pp, rank // tp % dp, rank // (pp * dp))`
-
+# From coordinates to a rank is `rank = (p * DP + d) * TP + t`; `mesh_coords` goes back.
 
 # %%
-for shape in ((2, 2, 2), (1, 2, 2), (3, 2, 4)):
-    table = torch.arange(math.prod(shape)).reshape(shape)
-    for rank in range(math.prod(shape)):
-        coords = mesh_coords(rank, shape)
-        assert table[coords] == rank, f"shape {shape}: rank {rank} is not at {coords}"
-print("rank 5 of (2, 2, 2):", mesh_coords(5, (2, 2, 2)), "  rank 13 of (3, 2, 4):",
-      mesh_coords(13, (3, 2, 4)))
-print("✓ every rank sits where torch.arange(N).reshape(shape) puts it")
+def mesh_coords(rank, shape):
+    """(p, d, t): rank's coordinates in a grid of shape (pp, dp, tp), tp changing fastest."""
+    return tuple(int(c) for c in torch.unravel_index(torch.tensor(rank), shape))
 
-# %% tests="mesh_coords_tests" points=1
-# Hidden tests (1 point): every rank of random shapes, 1 to 6 along each dimension.
-### BEGIN HIDDEN TESTS
-from autograder.grade_cell import grade
-grade(mesh_coords)
-### END HIDDEN TESTS
 
 # %% [markdown]
 # Each rank belongs to three groups, one per dimension of the grid. In the picture above, rank
 # 5's TP group is {4, 5}, its DP group {5, 7}, its PP group (its pipeline) {1, 5}; rank 2's
 # are {2, 3}, {0, 2} and {2, 6}. `group_ranks(shape, dim)` lists every group of one dimension
 # (`dim` 0 for PP, 1 for DP, 2 for TP), each as its ranks in increasing order: it files each
-# rank under a key, and the ranks filed under one key form one group.
+# rank under a key, and the ranks filed under one key form one group. What is the key?
 
 # %% solution="group_ranks"
 def group_ranks(shape, dim):
@@ -98,7 +80,7 @@ def group_ranks(shape, dim):
     groups = {}
     for rank in range(math.prod(shape)):
         coords = mesh_coords(rank, shape)
-        key = coords[:dim] + coords[dim + 1:]  # BLANK what every member of one group has in common # ACCEPT `tuple(c for i, c in enumerate(coords) if i != dim)` # REJECT `coords[dim]` `coords[:dim]` `coords[dim + 1:]`
+        key = coords[:dim] + coords[dim + 1:]  # BLANK the key # ACCEPT `tuple(c for i, c in enumerate(coords) if i != dim)` # REJECT `coords[dim]` `coords[:dim]` `coords[dim + 1:]`
         groups.setdefault(key, []).append(rank)
     return list(groups.values())
 
@@ -110,6 +92,7 @@ assert group_ranks((2, 2, 2), 0) == [[0, 4], [1, 5], [2, 6], [3, 7]], "the PP gr
 print("DP groups of (1, 4, 2):", group_ranks((1, 4, 2), 1))
 print("✓ every group of (2, 2, 2) is right")
 show_grid((2, 2, 2), group_ranks, mesh_coords)
+reveal("group_ranks")
 
 # %% tests="group_ranks_tests" points=1
 # Hidden tests (1 point): every dimension of random shapes; each rank in exactly one group.
@@ -118,15 +101,14 @@ from autograder.grade_cell import grade
 grade(group_ranks)
 ### END HIDDEN TESTS
 
-# %% [markdown]
-# **Why.** A group of dimension `dim` is the set of ranks whose coordinates agree everywhere
-# **but** at `dim`: they differ in that one kind of parallelism only. With TP the fastest
-# dimension, TP groups are consecutive ranks, DP groups are TP apart and pipelines DP x TP
-# apart. That order is chosen: consecutive ranks sit on one server (ranks 0-7 on the first
+# %% [markdown] why="group_ranks"
+# **Why.** The members of a group differ in one kind of parallelism only. The picture shows
+# where that puts them: with TP the fastest dimension, the TP groups are runs of neighbouring
+# ranks. That order is chosen: consecutive ranks sit on one server (ranks 0-7 on the first
 # 8-GPU node, ...). A TP group all-reduces activations in every layer, forward and backward:
 # the heaviest and most latency-bound traffic, so its ranks must be neighbours on the fast
-# links. DP all-reduces the gradients once per step; PP sends one activation per micro-batch
-# to one neighbour: both can cross servers.
+# links. The other two dimensions communicate far less often (section 4 counts it), so their
+# groups can cross servers.
 #
 # ### The groups on real ranks
 #
@@ -168,7 +150,7 @@ print("rank 5's groups:", compared[5][0])
 print("✓ your groups and coordinates are the DeviceMesh's, on every rank")
 
 # %% [markdown]
-# ## 2. Two dimensions: TP inside, DP across
+# ## 2. TP inside a block, then DP across
 #
 # The model: two pre-norm MLP blocks, the half of a transformer block that holds two thirds of
 # its weights (attention splits the same way, by heads: notebook 04). A block computes
@@ -223,7 +205,7 @@ def is_part(tensor, whole):
 # no communication), `fc2` **row-parallel** (a rank multiplies its own features of $h$, and
 # its partial result must be summed over the group). $f$ starts the parallel region (identity
 # forward, all-reduce of the gradient backward), $g$ ends it (all-reduce forward, identity
-# backward). The LayerNorm and $b_2$ are **replicated**: every TP rank holds them whole.
+# backward). The LayerNorm is **replicated**: every TP rank holds it whole.
 #
 # `nn.Linear(in, out).weight` has shape (out, in), and `F.linear(x, w, b)` is
 # `x @ w.T + b`. In the cell below, `part` is the slice of the ff features that TP rank `t`
@@ -261,8 +243,7 @@ def tp_f_g(group):
 
 # %% solution="TPBlock" drill
 class TPBlock(nn.Module):
-    """A Block split over the TP group `group`: this rank's part of fc1 and fc2, the
-    LayerNorm and fc2's bias whole."""
+    """A Block split over the TP group `group`."""
 
     def __init__(self, block, group):
         super().__init__()
@@ -271,9 +252,8 @@ class TPBlock(nn.Module):
         part = slice(t * ff // n, (t + 1) * ff // n)  # the ff features TP rank t owns
         self.f, self.g = tp_f_g(group)
         self.norm = copy.deepcopy(block.norm)  # replicated
-        w1, b1, w2 = block.fc1.weight[part], block.fc1.bias[part], block.fc2.weight[:, part]  # BLANK this rank's parts of fc1's weight and bias, and of fc2's weight # ACCEPT `block.fc1.weight[part, :], block.fc1.bias[part], block.fc2.weight.T[part].T` # REJECT `block.fc1.weight[:, part], block.fc1.bias[part], block.fc2.weight[part]` `block.fc1.weight, block.fc1.bias, block.fc2.weight` `block.fc1.weight[part], block.fc1.bias[part], block.fc2.weight[part]`
-        self.w1, self.b1, self.w2 = (nn.Parameter(p.detach().clone()) for p in (w1, b1, w2))
-        self.b2 = nn.Parameter(block.fc2.bias.detach().clone())  # replicated
+        w1, b1, w2, b2 = block.fc1.weight[part], block.fc1.bias[part], block.fc2.weight[:, part], block.fc2.bias  # BLANK `block.fc1.weight[part], block.fc1.bias[part], block.fc2.weight[:, part], block.fc2.bias` what this rank keeps of fc1's weight and bias and of fc2's weight and bias # ACCEPT `block.fc1.weight[part, :], block.fc1.bias[part], block.fc2.weight.T[part].T, block.fc2.bias` # REJECT `block.fc1.weight[:, part], block.fc1.bias[part], block.fc2.weight[part], block.fc2.bias` `block.fc1.weight, block.fc1.bias, block.fc2.weight, block.fc2.bias` `block.fc1.weight[part], block.fc1.bias[part], block.fc2.weight[part], block.fc2.bias` `block.fc1.weight[part], block.fc1.bias[part], block.fc2.weight[:, part], block.fc2.bias / n`
+        self.w1, self.b1, self.w2, self.b2 = (nn.Parameter(p.detach().clone()) for p in (w1, b1, w2, b2))
 
     def forward(self, x):
         h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1, self.b1))  # (batch, seq, ff/n)
@@ -315,6 +295,7 @@ for rank, (out, x_grad, params) in enumerate(run(tp_block_grads, world_size=4)):
     print(f"rank {rank} holds {held} of the block's {sum(p.numel() for p in plain.parameters())}"
           " values")
 print("✓ on each TP rank: the block's output and input gradient, and its parts' gradients")
+reveal("TPBlock")
 
 # %% tests="TPBlock_tests" points=2
 # Hidden tests (2 points): 1, 2 and 4 ranks, TP groups of 1, 2 and 4 inside them, random
@@ -324,90 +305,19 @@ from autograder.grade_cell import grade
 grade(TPBlock)
 ### END HIDDEN TESTS
 
-# %% [markdown]
-# **Why.** $W_1$'s rows are its output features, so a column-parallel `fc1` keeps rows `part`
-# of $W_1$ and of $b_1$; $W_2$'s columns are its input features, so the row-parallel `fc2`
-# keeps columns `part`. $g$'s all-reduce sums the partial products of the TP ranks: a bias
-# added before it would be summed $n$ times, so the replicated $b_2$ is added once, after $g$,
-# on every rank alike.
+# %% [markdown] why="TPBlock"
+# **Why.** The check compared every tensor a rank holds with a part of the plain block's: a
+# feature of $h$ lives on one TP rank only, from the row of $W_1$ that makes it to the column
+# of $W_2$ that reads it. $g$'s all-reduce is a sum over the TP ranks: whatever each rank
+# adds before it is counted $n$ times. The gradient of a tensor that every TP rank holds whole
+# comes out equal on all of them with no all-reduce of its own: $g$'s backward hands every
+# TP rank the same output gradient, and $f$'s backward sums the input gradient.
 #
 # **DP across.** A TP group is one replica of the model; DP replicas train on different parts
-# of the batch. `train_2d` gets the whole batch on every rank and this rank's three groups;
-# after every step each rank's parameters must be its part of what plain SGD on one process,
-# on the whole batch, gives (the mean loss over the batch), and each rank may compute only its
-# share of the work. `dist.get_rank(group)` is a rank's index in `group`,
-# `dist.get_world_size(group)` its size.
-
-# %% solution="train_2d" drill
-def train_2d(model, x, y, groups, steps=3, lr=0.1):
-    """SGD on a model of TPBlocks, tensor-parallel in its TP group and data-parallel across
-    replicas; groups: this rank's process groups by name ("pp", "dp", "tp"); x, y the whole
-    batch (the same on every rank). Returns the model."""
-    d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"])  # BLANK which replica is this rank's, of how many? # ACCEPT `(groups["dp"].rank(), groups["dp"].size())` # REJECT `(dist.get_rank(), dist.get_world_size())` `(dist.get_rank(groups["tp"]), dist.get_world_size(groups["tp"]))` `(dist.get_rank(groups["pp"]), dist.get_world_size(groups["pp"]))`
-    x, y = x.chunk(n_d)[d], y.chunk(n_d)[d]  # this replica's rows
-    for _ in range(steps):
-        model.zero_grad()
-        F.mse_loss(model(x), y).backward()
-        for p in model.parameters():
-            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=groups["dp"])  # BLANK `dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=groups["dp"])` make this gradient the whole batch's # ACCEPT `dist.all_reduce(p.grad, group=groups["dp"]); p.grad /= n_d` # REJECT `dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)` `dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=groups["tp"])` `dist.all_reduce(p.grad, group=groups["dp"])`
-        with torch.no_grad():
-            for p in model.parameters():
-                p -= lr * p.grad
-    return model
-
-
-# %% [markdown]
-# The check trains 3 steps on 4 ranks (DP 2 x TP 2), then compares what every rank's model
-# computes on a new input with what the same 3 steps of plain SGD on one process compute.
-
-# %%
-def single_process(steps=3, lr=0.1, blocks=2):
-    model = make_model(blocks)
-    x, y = make_batch()
-    for _ in range(steps):
-        model.zero_grad()
-        F.mse_loss(model(x), y).backward()
-        with torch.no_grad():
-            for p in model.parameters():
-                p -= lr * p.grad
-    return model
-
-
-def run_2d(rank, world_size, shape):
-    groups = build_groups(shape)
-    model = nn.Sequential(*[TPBlock(b, groups["tp"]) for b in make_model()])
-    train_2d(model, *make_batch(), groups)
-    with torch.no_grad():
-        return model(make_batch(seed=7)[0])
-
-
-require_filled(train_2d)
-expected = single_process()
-with torch.no_grad():
-    want = expected(make_batch(seed=7)[0])
-for rank, out in enumerate(run(run_2d, (1, 2, 2), world_size=4)):
-    assert torch.allclose(out, want, atol=1e-12), f"rank {rank}: its trained model differs"
-print("✓ DP 2 x TP 2: every rank's trained model computes what 3 steps on one process give")
-
-# %% tests="train_2d_tests" points=2
-# Hidden tests (2 points): layouts of 1 to 4 ranks, some inside a grid with 2 pipeline stages,
-# random batches; parameters after training against single-process SGD, and the collectives.
-### BEGIN HIDDEN TESTS
-from autograder.grade_cell import grade
-grade(train_2d)
-### END HIDDEN TESTS
-
-# %% [markdown]
-# **Why.** The TP ranks of one replica compute *one* model together, so they must see the same
-# rows: the part of the batch is picked by the rank's index in its DP group, not by its global
-# rank (with more than one pipeline, rank // TP counts the replicas of every stage). A
-# parameter's copies live on the ranks of a DP group: TP rank $t$ of every replica holds the
-# same part of $W_1$. Averaging over all ranks would mix the parts of different TP ranks. The
-# replicated LayerNorm and $b_2$ need no TP all-reduce: $f$'s backward already made their
-# gradients equal within a TP group.
-
-# %% [markdown]
-# ### The same with PyTorch's API
+# of the batch, and the copies of each parameter must end every step equal to what one
+# process training on the whole batch gets. Notebook 03 did it by hand; here PyTorch does it.
+#
+# ### DP x TP with PyTorch's API
 #
 # torchtitan composes the two with PyTorch's own tools: DTensor's tensor parallelism along
 # `mesh["tp"]` and FSDP2 (ZeRO-3, notebook 06) along `mesh["dp"]`. The budget of ZeRO-3: a
@@ -417,6 +327,9 @@ grade(train_2d)
 #
 # The API, on other modules than the blanks':
 #
+# * `distribute_tensor(t, mesh, placements)` places `t` on a mesh, one placement per mesh
+#   dimension: `Shard(0)` splits dimension 0 over it, `Replicate()` copies; `.to_local()` is
+#   this rank's piece.
 # * `parallelize_module(module, tp_mesh, plan)` splits `module` (or, with a dict
 #   `{"name": style}`, its named submodules) over the TP sub-mesh, and inserts the collectives;
 #   weights become `DTensor`s. A plan for one projection of attention:
@@ -428,7 +341,9 @@ grade(train_2d)
 #   unit below it holds are sharded over `dp_mesh`, gathered for its forward and backward.
 #   A unit is resharded (its gathered weights freed) after its forward, except a **root**
 #   unit, one that no other unit holds: the root keeps its weights from its forward to its
-#   backward, which follows at once.
+#   backward, which follows at once. With `fully_shard(encoder.layer, mesh=dp_mesh)` alone,
+#   `encoder.layer` is a root; after `fully_shard(encoder, mesh=dp_mesh)` as well, `encoder`
+#   is the root and `encoder.layer` is not.
 #
 # The check trains 3 steps on 4 ranks (DP 2 x TP 2), compares what each rank's model computes
 # with one process's, and counts the collectives of the first step with `CommDebugMode`.
@@ -438,9 +353,9 @@ def shard_2d(model, mesh):
     """model (a Sequential of Blocks) tensor-parallel over mesh["tp"], ZeRO-3 over
     mesh["dp"] with one unit per block, within ZeRO-3's budget. Returns the model."""
     for block in model:
-        parallelize_module(block, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})  # BLANK `{"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}` how each of the block's linears is split # ACCEPT `{"fc2": RowwiseParallel(), "fc1": ColwiseParallel()}` `dict(fc1=ColwiseParallel(), fc2=RowwiseParallel())` # REJECT `{"fc1": RowwiseParallel(), "fc2": ColwiseParallel()}` `{"fc1": ColwiseParallel(), "fc2": ColwiseParallel()}` `{"fc1": ColwiseParallel()}`
+        parallelize_module(block, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})  # BLANK `{"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}` how each of the block's linears is split # API # ACCEPT `{"fc2": RowwiseParallel(), "fc1": ColwiseParallel()}` `dict(fc1=ColwiseParallel(), fc2=RowwiseParallel())` # REJECT `{"fc1": RowwiseParallel(), "fc2": ColwiseParallel()}` `{"fc1": ColwiseParallel(), "fc2": ColwiseParallel()}` `{"fc1": ColwiseParallel()}`
         fully_shard(block, mesh=mesh["dp"])
-    fully_shard(model, mesh=mesh["dp"])  # BLANK `fully_shard(model, mesh=mesh["dp"])` within the budget # SHAPE `the call is the line above's; the idea is that the whole model needs a unit of its own, for its blocks not to be roots, and nothing before the check says so` # ACCEPT `fully_shard(model)` `fully_shard(model, mesh=mesh["tp"])` `model = fully_shard(model, mesh=mesh["dp"])` # REJECT `pass` `fully_shard(model[0], mesh=mesh["dp"])` `model.reshard()`
+    fully_shard(model, mesh=mesh["dp"])  # BLANK `fully_shard(model, mesh=mesh["dp"])` within the budget # SHAPE `the call is the line above's; the idea is seeing that the blocks alone would each be a root, outside the budget` # ACCEPT `fully_shard(model)` `fully_shard(model, mesh=mesh["tp"])` `model = fully_shard(model, mesh=mesh["dp"])` # REJECT `pass` `fully_shard(model[0], mesh=mesh["dp"])` `model.reshard()`
     return model
 
 
@@ -448,8 +363,8 @@ def shard_2d(model, mesh):
 def run_2d_pytorch(rank, world_size, steps=3, lr=0.1):
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     model = shard_2d(make_model(), mesh)
-    d = mesh["dp"].get_local_rank()
-    x, y = (t.chunk(2)[d] for t in make_batch())
+    rows = [Shard(0), Replicate()]
+    x, y = (distribute_tensor(t, mesh, rows, src_data_rank=None).to_local() for t in make_batch())
     x = x.clone().requires_grad_()  # CommDebugMode's module hooks want an input with a gradient
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     counts = CommDebugMode()
@@ -461,6 +376,18 @@ def run_2d_pytorch(rank, world_size, steps=3, lr=0.1):
     calls = {str(op).split(".")[-1].strip("_"): n for op, n in counts.get_comm_counts().items()}
     with torch.no_grad():
         return model(make_batch(seed=7)[0]), calls
+
+
+def single_process(steps=3, lr=0.1, blocks=2):
+    model = make_model(blocks)
+    x, y = make_batch()
+    for _ in range(steps):
+        model.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= lr * p.grad
+    return model
 
 
 require_filled(shard_2d)
@@ -476,6 +403,7 @@ gathers = sum(n for name, n in calls.items() if "allgather" in name)
 assert gathers == 4, (f"{gathers} all-gathers for 2 blocks: ZeRO-3's budget gathers each "
                       "block for its forward and again for its backward")
 print("✓ parallelize_module + fully_shard train like one process, within ZeRO-3's budget")
+reveal("shard_2d")
 
 # %% tests="shard_2d_tests" points=2
 # Hidden tests (2 points): 4 ranks, DP 2 x TP 2, 2 or 3 blocks of random widths; how each
@@ -486,42 +414,51 @@ from autograder.grade_cell import grade
 grade(shard_2d)
 ### END HIDDEN TESTS
 
+# %% [markdown] why="shard_2d"
+# **Why.** DTensor's two all-reduces per block (the row-parallel sum forward, the
+# column-parallel input gradient backward) are your $g$ and $f$. The count of all-gathers is
+# the evidence for the budget: two per block means each block was freed after its forward
+# and gathered again for its backward, so at most one block is whole at a time. One per
+# block would mean every block stayed whole from its forward to its backward: the root
+# exception of the API box, applied to every block, and the memory of ZeRO-3 gone
+# (torchtitan and notebook 06 arrange their units the way yours are). FSDP reduce-scatters
+# the gradients over DP where a hand-written DP all-reduces them (ZeRO-3 against DDP:
+# notebook 06).
+
 # %% [markdown]
-# **Why.** A `ColwiseParallel` `fc1` is your column split: its weight's rows, and an output
-# split by ff features, which is what a `RowwiseParallel` `fc2` takes in; DTensor's two
-# all-reduces (`RowwiseParallel`'s sum forward, `ColwiseParallel`'s input gradient backward)
-# are your $g$ and $f$, one of each per block. Without the last `fully_shard`, each block is
-# a unit that no other unit holds: a root, so FSDP2 keeps its weights gathered from its
-# forward until its backward. Every block then stays whole through the forward, and the step
-# makes one all-gather per block: 2, not 4, and the memory of ZeRO-3 is gone. Sharding the
-# whole model as one more unit (torchtitan does it; notebook 06 does it) makes it the root
-# and the blocks ordinary units, resharded after their forward; it holds no parameters of its
-# own here, so it gathers nothing. FSDP reduce-scatters the gradients over DP where your
-# `train_2d` all-reduced them (ZeRO-3 against DDP: notebook 06).
-#
 # ## 3. Three dimensions: pipeline stages over PP
 #
 # Now 8 ranks, shape (2, 2, 2): stage $p$ holds block $p$ (split over its TP group, copied
 # over its DP group). Each replica's rows are cut into micro-batches and run as in GPipe
 # (notebook 05): every micro-batch's forward, stage after stage, each stage sending its output
-# to the next; then every micro-batch's backward, in the other direction; the DP average once,
-# after the last micro-batch. At the end of each step every rank must hold its part of what
-# plain SGD on one process gives, having computed only its share.
+# to the next; then every micro-batch's backward, in the other direction. At the end of each
+# step every rank must hold its part of what plain SGD on one process, on the whole batch,
+# gives (the mean loss over the batch), having computed only its share.
 #
-# The API: `dist.get_process_group_ranks(group)` lists a group's global ranks in the group's
-# order; `dist.send(tensor, dst)` and `dist.recv(tensor, src)` take global ranks;
-# `out.backward(grad)` runs the backward of `out` from the gradient `grad` of the loss with
-# respect to `out`.
+# The API: `dist.get_rank(group)` is this rank's index in `group` (its place in the list of
+# the group's ranks), `dist.get_world_size(group)` the group's size;
+# `dist.get_process_group_ranks(group)` lists a group's global ranks in the group's order;
+# `dist.send(tensor, dst)` and `dist.recv(tensor, src)` take global ranks; `out.backward(grad)`
+# runs the backward of `out` from the gradient `grad` of the loss with respect to `out`.
+#
+# **A bug report.** A first version of this function ended each step with
+#
+# ```python
+# for param in stage.parameters():
+#     dist.all_reduce(param.grad); param.grad /= dist.get_world_size()
+# ```
+#
+# On 4 ranks of pure data parallelism (PP 1 x DP 4 x TP 1) it trained exactly like one
+# process; on this notebook's 8-rank grid it does not. Blank [3] is that line, fixed.
 
 # %% solution="train_3d"
 def train_3d(stage, x, y, groups, steps=2, lr=0.1, micro_batches=2):
     """SGD with GPipe along the pipeline (stage: this rank's part of the model), TP inside
     each stage, DP across replicas; groups: this rank's groups by name; x, y the whole batch
     (the same on every rank). Returns stage."""
-    pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank())  # BLANK `pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank())` the global ranks of this rank's pipeline, stage by stage; this rank's stage # ACCEPT `pipeline = dist.get_process_group_ranks(groups["pp"]); p = dist.get_rank(groups["pp"])` # REJECT `pipeline = dist.get_process_group_ranks(groups["dp"]); p = pipeline.index(dist.get_rank())` `pipeline = dist.get_process_group_ranks(groups["tp"]); p = pipeline.index(dist.get_rank())` `pipeline = list(range(dist.get_world_size())); p = dist.get_rank()`
-    last = len(pipeline) - 1
-    d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"])  # BLANK which replica is this rank's, of how many? # ACCEPT `(groups["dp"].rank(), groups["dp"].size())` # REJECT `(dist.get_rank(), dist.get_world_size())` `(dist.get_rank(groups["tp"]), dist.get_world_size(groups["tp"]))` `(dist.get_rank(groups["pp"]), dist.get_world_size(groups["pp"]))`
-    xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)
+    pipeline = dist.get_process_group_ranks(groups["pp"])  # its global ranks, stage by stage
+    p, last = pipeline.index(dist.get_rank()), len(pipeline) - 1  # this rank's stage, the last
+    d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)  # BLANK `d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` this rank's micro-batches of x and of y # ACCEPT `d, n_d = groups["dp"].rank(), groups["dp"].size(); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` # REJECT `d, n_d = dist.get_rank(), dist.get_world_size(); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` `d, n_d = dist.get_rank(groups["tp"]), dist.get_world_size(groups["tp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` `d, n_d = dist.get_rank(groups["pp"]), dist.get_world_size(groups["pp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` `d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(micro_batches), y.chunk(micro_batches)`
     for _ in range(steps):
         stage.zero_grad()
         inputs, outputs = [], []
@@ -546,7 +483,7 @@ def train_3d(stage, x, y, groups, steps=2, lr=0.1, micro_batches=2):
             if p > 0:
                 dist.send(inputs[m].grad, pipeline[p - 1])  # BLANK what the previous stage needs # ACCEPT `dist.send(inputs[m].grad.contiguous(), pipeline[p - 1])` # REJECT `dist.send(outputs[m].grad, pipeline[p - 1])` `dist.send(inputs[m], pipeline[p - 1])` `dist.send(grad, pipeline[p - 1])`
         for param in stage.parameters():
-            dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, group=groups["dp"])  # BLANK `dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, group=groups["dp"])` make this gradient the whole batch's # ACCEPT `dist.all_reduce(param.grad, group=groups["dp"]); param.grad /= n_d` # REJECT `dist.all_reduce(param.grad, op=dist.ReduceOp.AVG)` `dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, group=groups["pp"])` `dist.all_reduce(param.grad, group=groups["dp"])`
+            dist.all_reduce(param.grad, group=groups["dp"]); param.grad /= n_d  # BLANK `dist.all_reduce(param.grad, group=groups["dp"]); param.grad /= n_d` the bug report's line, fixed # ACCEPT `dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, group=groups["dp"])` # REJECT `dist.all_reduce(param.grad); param.grad /= dist.get_world_size()` `dist.all_reduce(param.grad, group=groups["tp"]); param.grad /= n_d` `dist.all_reduce(param.grad, group=groups["pp"]); param.grad /= n_d` `dist.all_reduce(param.grad, group=groups["dp"])` `dist.all_reduce(param.grad); param.grad /= n_d`
         with torch.no_grad():
             for param in stage.parameters():
                 param -= lr * param.grad
@@ -576,27 +513,107 @@ for rank, params in enumerate(run(run_3d, (2, 2, 2), world_size=8)):
     for got in params:
         assert any(is_part(got, q) for q in block), f"rank {rank} (stage {p}): a parameter"
 print("✓ PP 2 x DP 2 x TP 2 on 8 ranks: every rank's parts equal single-process training")
+reveal("train_3d")
 
-# %% tests="train_3d_tests" points=4
-# Hidden tests (4 points): layouts PP x DP x TP of 2 to 8 ranks, random batches; parameters
-# against single-process SGD, and who sends what to whom.
+# %% tests="train_3d_tests" points=3
+# Hidden tests (3 points): layouts PP x DP x TP of 2 to 8 ranks, random batches; the rows
+# each rank trained on, parameters against single-process SGD, who sends what to whom, and
+# in which groups the gradients are all-reduced.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade
 grade(train_3d)
 ### END HIDDEN TESTS
 
-# %% [markdown]
+# %% [markdown] why="train_3d"
 # **Why.** A stage's neighbours are the previous and next entries of its pipeline, its PP
-# group: in the (2, 2, 2) grid DP x TP = 4 ranks apart, never rank ± 1. Backward runs the
-# chain rule across the boundary: the previous stage needs the gradient of the loss with
-# respect to what it sent, which is this stage's input, `inputs[m].grad`. The replica index
-# and the DP average are those of `train_2d`, now in a grid where a rank's global number
-# counts the replicas of both stages.
+# group: in the (2, 2, 2) grid 4 ranks apart, never rank ± 1. Backward runs the chain rule
+# across each boundary, from the last stage to the first. The bug report's line was right on
+# pure DP because there the world holds exactly the copies of each parameter; in the grid it
+# also holds ranks of other stages and other TP parts, whose tensors are different
+# parameters. And a rank's global number counts the ranks of every stage and every TP part,
+# which is why the hidden tests run a grid of two stages.
 #
+# ### A weight two stages share
+#
+# GPT-style models **tie** the input embedding and the output layer: one matrix $E$ turns
+# tokens into vectors at the start of the model and vectors into token scores at its end.
+# With pipeline stages, the start is on the first stage and the end on the last, so Megatron-LM
+# keeps a copy of $E$ on both (here whole on every TP rank, like the LayerNorm). Each copy's
+# backward gives the gradient of one of $E$'s two uses; before the update, which the copies
+# make alike, each copy's gradient must become the sum of both uses' on the same rows, the
+# gradient one process would get. (The DP average then runs as for every other parameter.)
+# Megatron-LM builds one process group for this, its "embedding group", next to the PP, DP
+# and TP groups.
+#
+# Write every such group for a grid of shape (pp, dp, tp), as lists of ranks; with one
+# stage, the copy is one rank's own.
+
+# %% solution="tied_groups"
+def tied_groups(shape):
+    """The groups over which the gradients of a weight tied between the first and the last
+    stage are summed: a list of lists of ranks."""
+    return [sorted({pipeline[0], pipeline[-1]}) for pipeline in group_ranks(shape, 0)]  # BLANK every group # ACCEPT `[[pipeline[0], pipeline[-1]] for pipeline in group_ranks(shape, 0)]` `[{pipeline[0], pipeline[-1]} for pipeline in group_ranks(shape, 0)]` `[sorted({g[0], g[-1]}) for g in group_ranks(shape, 0)]` # REJECT `[[g[0] for g in group_ranks(shape, 0)] + [g[-1] for g in group_ranks(shape, 0)]]` `[g for g in group_ranks(shape, 0)]` `[[pipeline[0], pipeline[1]] for pipeline in group_ranks(shape, 0)]` `[sorted({pipeline[0], pipeline[-1]}) for pipeline in group_ranks(shape, 1)]`
+
+
+# %% [markdown]
+# The check: on each grid below, every rank of the first and the last stage computes its
+# copy's gradient on its replica's rows (a model $y = x E^\top E$, the two uses of $E$ by two
+# stages), all-reduces it in the group of yours it is in, and compares it with what one
+# process gets for the same rows.
+
+# %%
+def tied_grads(rank, world_size, shape):
+    mine = None
+    for ranks in tied_groups(shape):  # every rank creates every group
+        group = dist.new_group(sorted(set(ranks)))
+        if rank in ranks:
+            mine = group
+    p, d, _ = mesh_coords(rank, shape)
+    x, y = (t.chunk(shape[1])[d] for t in make_batch())  # this replica's rows
+    E = torch.eye(HIDDEN, dtype=torch.float64) + 0.1 * torch.randn(
+        HIDDEN, HIDDEN, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    first, last = (E.clone().requires_grad_() for _ in range(2))  # the two uses' copies
+    F.mse_loss(x @ first.T @ last, y).backward()
+    uses = [g for stage, g in ((0, first.grad), (shape[0] - 1, last.grad)) if stage == p]
+    grad = sum(uses) if uses else None  # this rank's copy's gradient (both uses with one stage)
+    if mine is not None:
+        grad = torch.zeros_like(E) if grad is None else grad
+        dist.all_reduce(grad, group=mine)
+    return p, mine is not None, grad, first.grad + last.grad
+
+
+require_filled(tied_groups)
+for shape in ((2, 2, 2), (3, 1, 2), (1, 2, 1)):
+    for rank, (p, member, grad, want) in enumerate(run(tied_grads, shape,
+                                                        world_size=math.prod(shape))):
+        if p in (0, shape[0] - 1):
+            assert member, f"{shape}: rank {rank} holds a copy and is in none of your groups"
+            assert torch.allclose(grad, want, atol=1e-12), f"{shape}: rank {rank}'s gradient"
+        else:
+            assert not member, f"{shape}: rank {rank} (stage {p}) holds no copy, yet joins"
+print("✓ every copy's gradient is the one-process gradient of its rows")
+reveal("tied_groups")
+
+# %% tests="tied_groups_tests" points=1
+# Hidden tests (1 point): random shapes, 1 to 6 along each dimension.
+### BEGIN HIDDEN TESTS
+from autograder.grade_cell import grade
+grade(tied_groups)
+### END HIDDEN TESTS
+
+# %% [markdown] why="tied_groups"
+# **Why.** Megatron-LM's embedding group is the same kind of answer as every group of this
+# notebook: the ranks that hold copies of one tensor, and no others. A copy summed with a
+# rank of another replica would take in another replica's rows (the DP average does that,
+# once, later); summed with another TP rank's, the same gradient twice. A stage in between
+# holds no copy: in the group it would wait in every step's all-reduce for nothing.
+
+# %% [markdown]
 # ## 4. Bytes: predicted, then measured
 #
-# Per step, the messages of one rank (the bytes of each all-reduce's tensor, of each send's and
-# each recv's), by group, for the code of section 3 (a stage's blocks are `TPBlock`s):
+# Per step, the message bytes of one rank (the bytes of the tensor each all-reduce, send and
+# recv is given; a ring all-reduce puts about $2(n-1)/n$ times its tensor on the links), by
+# group, for the code of section 3 (a stage's blocks are `TPBlock`s, without a tied weight):
 #
 # * **TP**: per block of the stage and per micro-batch, $g$'s all-reduce forward and $f$'s
 #   backward, each of one micro-batch's activations (rows x seq x hidden values). Summed over
@@ -605,8 +622,8 @@ grade(train_3d)
 #   the stage touches (one for the first and the last stage, two in between).
 # * **DP**: what `train_3d`'s DP average carries.
 #
-# `dims` describes the model: `blocks` (all stages together), `hidden`, `ff`, `seq`;
-# `rows` is the whole batch, `itemsize` bytes per value.
+# `dims` describes the model: `blocks` (all stages together, a multiple of PP), `hidden`, `ff`
+# (a multiple of TP), `seq`; `rows` is the whole batch, `itemsize` bytes per value.
 
 # %% solution="group_bytes"
 def group_bytes(dims, shape, rows, micro_batches, itemsize=8):
@@ -637,6 +654,7 @@ for name in ("tp", "dp", "pp"):
     print(f"{name:>5} {predicted[name]:>8.0f} {str(on_ranks):>24}")
     assert on_ranks == [predicted[name]], f"{name}: predicted {predicted[name]}, measured {on_ranks}"
 print("✓ your prediction is what every rank moved, group by group")
+reveal("group_bytes")
 
 # %% tests="group_bytes_tests" points=1
 # Hidden tests (1 point): random model sizes, layouts, batches, micro-batches and value sizes.
@@ -645,14 +663,14 @@ from autograder.grade_cell import grade
 grade(group_bytes)
 ### END HIDDEN TESTS
 
-# %% [markdown]
-# **Why.** The DP all-reduce carries every gradient the rank holds, once. $W_1$, $b_1$ and
-# $W_2$ are cut over TP ($2 \cdot \mathrm{hidden} \cdot \mathrm{ff} + \mathrm{ff}$ values a
-# block, divided by TP), but the LayerNorm's weight and bias and $b_2$ ($3 \cdot \mathrm{hidden}$)
-# are whole on every TP rank, so they are not divided.
+# %% [markdown] why="group_bytes"
+# **Why.** The measured DP bytes are the tensors a rank gives its DP all-reduces in one step:
+# the rank's own parameters, as `TPBlock` built them, each once; nothing of a stage it does
+# not hold.
 #
 # Notebook 02's analyzer makes the same kind of prediction for a GPT-like layer, with its own
-# assumptions: $\Psi = 12 L h^2$ parameters (attention and MLP weights; no biases or norms),
+# assumptions: $\Psi = 12 L h^2$ parameters (attention's $4h^2$ and an MLP of $8h^2$; no
+# biases or norms),
 # 16-bit values, 4 TP all-reduces per layer per micro-batch (attention's and the MLP's, forward
 # and backward), $2m$ messages over one stage boundary. Here it is beside yours and the run:
 
@@ -681,24 +699,23 @@ show_bytes([(name, {"02 analyzer": analyzer[name], "yours": predicted[name],
 #
 # * **TP**: it counts 4 all-reduces per layer (attention and MLP); these blocks have the MLP
 #   only, 2. And it sends 2-byte values where this run sends 8-byte float64: x 4 the other way.
-# * **DP**: $12 L h^2$ counts weights only, of a layer with $ff = 4h$ (here $ff = 2h$), all
-#   divided by TP. It leaves out the biases and the LayerNorm, and the replicated part of them
-#   is *not* divided by TP; for a real model ($h$ in the thousands) that is a fraction of a
-#   percent, here it is a large share.
+# * **DP**: $12 L h^2$ counts attention's weights, which these blocks do not have, and an MLP
+#   with $ff = 4h$ (here $ff = 2h$); it counts no bias and no norm. For a real model ($h$ in
+#   the thousands) biases and norms are a fraction of a percent; here they are a large share.
 # * **PP**: the same $2m$ messages per boundary, but it counts 2-byte values.
 #
 # A model is right when it counts what the code does: the analyzer was written for ranking
 # layouts of large models, where its approximations are small.
 #
-# ## 5. Choosing a layout
+# ## 5. Memory, and choosing a layout
 #
 # A model of $\Psi$ parameters trained with Adam in mixed precision (notebook 06): a GPU keeps,
 # for each parameter of its share, the fp16 weight, its fp16 gradient, and Adam's fp32 state:
 # a master copy of the weight, the momentum and the variance. TP and PP cut the model: a GPU's
 # share is $\Psi/(\mathrm{TP}\cdot\mathrm{PP})$ of it; DP copies that share on every replica.
-# With ZeRO-1 (Megatron-LM's distributed optimizer) the replicas of a DP group split Adam's
-# state among them and keep the rest whole. Write the bytes of model states a GPU holds
-# (activations left out).
+# With ZeRO-1 (ZeRO's $P_{os}$; Megatron-LM's later distributed optimizer is close to it) the
+# replicas of a DP group split Adam's state among them and keep the rest whole. Write the
+# bytes of model states a GPU holds (activations left out).
 
 # %% solution="layout_memory"
 def layout_memory(psi, dp, tp, pp, zero1=False):
@@ -708,16 +725,36 @@ def layout_memory(psi, dp, tp, pp, zero1=False):
 
 
 # %% [markdown]
-# The check: the 7.5-billion-parameter model on 64 GPUs of data parallelism of the ZeRO paper
-# (Rajbhandari et al., 2020, Figure 1), without and with ZeRO-1 (the paper's $P_{os}$).
+# The check measures: it makes one GPU's model states of a small model as real tensors (its
+# share of the weights in fp16 with a gradient, Adam's fp32 state after a step on what the
+# GPU owns) and adds up their bytes, for layouts with TP x PP > 1, with and without ZeRO-1.
 
 # %%
+def measured_states(psi, dp, tp, pp, zero1=False):
+    """Model-state bytes of one GPU, measured on real tensors."""
+    share = torch.randn(psi // (tp * pp))  # this GPU's share of the model (TP and PP)
+    weight = share.half()
+    weight.grad = torch.randn_like(weight)
+    owned = share.chunk(dp)[0] if zero1 else share  # what this GPU's Adam updates
+    master = owned.clone().requires_grad_()
+    master.grad = torch.randn_like(master)
+    adam = torch.optim.Adam([master])
+    adam.step()
+    held = [weight, weight.grad, master, *adam.state[master].values()]
+    return sum(t.numel() * t.element_size() for t in held if t.dim() > 0)  # not Adam's step
+
+
 require_filled(layout_memory)
-for zero1, paper in ((False, 120e9), (True, 31.4e9)):
-    mine = layout_memory(7.5e9, 64, 1, 1, zero1)
-    print(f"7.5B parameters, DP 64, zero1={zero1}: yours {mine / 1e9:.1f} GB per GPU")
-    assert abs(mine - paper) < 0.05e9, f"zero1={zero1}: not the ZeRO paper's figure"
-print("✓ the ZeRO paper's figures, without and with ZeRO-1")
+for layout in ((4, 2, 3, False), (4, 2, 3, True), (2, 4, 1, True), (8, 1, 2, True)):
+    mine, measured = layout_memory(96_000, *layout), measured_states(96_000, *layout)
+    assert math.isclose(mine, measured), (f"dp, tp, pp, zero1 = {layout}: yours {mine:.0f} B, "
+                                          "not what the tensors hold")
+print("✓ your bytes are what the tensors hold, on every layout")
+for zero1 in (False, True):  # the ZeRO paper's Figure 1 (Rajbhandari et al., 2020)
+    print(f"7.5B parameters, DP 64, zero1={zero1}: yours "
+          f"{layout_memory(7.5e9, 64, 1, 1, zero1) / 1e9:.1f} GB per GPU; the ZeRO paper "
+          f"(Figure 1): {31.4 if zero1 else 120:g} GB")
+reveal("layout_memory")
 
 # %% tests="layout_memory_tests" points=1
 # Hidden tests (1 point): random sizes and layouts, with and without ZeRO-1.
@@ -726,10 +763,11 @@ from autograder.grade_cell import grade
 grade(layout_memory)
 ### END HIDDEN TESTS
 
-# %% [markdown]
-# **Why.** 2 + 2 bytes of fp16 weight and gradient and 4 + 4 + 4 of fp32 master, momentum and
-# variance: 16 bytes a parameter, divided by TP x PP; ZeRO-1 divides the 12 bytes of Adam's
-# state by DP as well (ZeRO's $P_{os}$: $4\Psi + 12\Psi/N_d$).
+# %% [markdown] why="layout_memory"
+# **Why.** Mixed precision keeps more bytes of optimizer state than of the weights the GPU
+# computes with, which is why ZeRO-1 saves so much: it splits the larger part only. The
+# ZeRO paper calls the multiplier of its optimizer state $K$ (12 for Adam). Megatron-LM's
+# distributed optimizer keeps fp32 gradients as well, so it needs a little more.
 #
 # Now a layout for the largest run of Narayanan et al.: a GPT of 1 trillion parameters on 3072
 # A100 GPUs of 80 GB, 8 GPUs per server (their Table 1). `candidates` lists every layout with
@@ -743,8 +781,9 @@ grade(layout_memory)
 # * **TP**: all-reduces of activations in every layer, forward and backward, on the fast
 #   links of a server; each GPU's matrix multiplications are 1/TP as large, and small ones use
 #   a GPU less well.
-# * **PP**: a bubble of $(p - 1)/m$ of the step (notebook 05, $m$ micro-batches), and sends
-#   between servers.
+# * **PP**: a bubble (notebook 05): with $m$ micro-batches and $p$ stages, GPipe idles
+#   $(p - 1)/m$ of the compute time, $(p - 1)/(m + p - 1)$ of the step; and sends between
+#   servers.
 #
 # Write which fitting layout `choose_layout` picks.
 
@@ -770,18 +809,21 @@ def choose_layout(rows, limit):
 # %%
 require_filled(choose_layout)
 LIMIT = 0.75 * 80e9
-for zero1 in (False, True):
+picks = {zero1: choose_layout(candidates(1e12, 3072, 8, zero1), LIMIT) for zero1 in (False, True)}
+for zero1, layout in picks.items():
+    assert layout is not None and dict(candidates(1e12, 3072, 8, zero1))[layout] <= LIMIT, \
+        f"zero1={zero1}: {layout} is not a layout that fits"
+assert choose_layout(candidates(1e9, 64, 8), LIMIT) == (64, 1, 1), "a model that fits one GPU"
+print("✓ choose_layout picks a layout that fits (the hidden tests judge which, on many "
+      "clusters)")
+for zero1, (dp, tp, pp) in picks.items():
     rows = candidates(1e12, 3072, 8, zero1)
-    dp, tp, pp = choose_layout(rows, LIMIT)
     print(f"1T parameters, 3072 GPUs, zero1={zero1}: yours dp={dp} tp={tp} pp={pp}, "
           f"{layout_memory(1e12, dp, tp, pp, zero1) / 1e9:.1f} GB of model states per GPU")
     show_layouts([(f"tp{t} pp{p}", nbytes, (d, t, p) == (dp, tp, pp)) for (d, t, p), nbytes
                   in rows if t in (1, tp)], LIMIT, f"zero1={zero1}: model states per GPU",
                  "model-state limit (3/4 of 80 GB)")
-small = choose_layout(candidates(1e9, 64, 8), LIMIT)
-print("1B parameters, 64 GPUs: yours", small)
-assert small == (64, 1, 1), "a model that fits one GPU"
-print("✓ choose_layout")
+reveal("choose_layout")
 
 # %% tests="choose_layout_tests" points=1
 # Hidden tests (1 point): random sets of GPUs, servers, models and limits.
@@ -790,33 +832,32 @@ from autograder.grade_cell import grade
 grade(choose_layout)
 ### END HIDDEN TESTS
 
+# %% [markdown] why="choose_layout"
+# **Why.** Narayanan et al. state the rule as two takeaways: #1 (§3.2) on how to combine TP
+# and PP given servers of $g$ GPUs, #2 (§3.3) on how much model parallelism to use before the
+# rest goes to DP. Both follow from the costs listed above the exercise.
+#
+# For the trillion-parameter model the sizes of model parallelism that divide 3072 jump from
+# 256 to 384, so a chooser that needs more than 256 GPUs of model parallelism lands on a
+# pipeline depth the model cannot use: the paper ran TP 8 x PP 64 x DP 6. A stage holds whole
+# transformer layers, and their model had 128 (Table 1), so the pipeline depth divides 128:
+# 32 stages exceed the chooser's three quarters of 80 GB, 64 fit with room for activations.
+# And Megatron-LM had no distributed optimizer then (it came later), so the ZeRO-1 layouts
+# were not on offer. The real choice also weighs the bubble (more micro-batches), the
+# activations (they grow with the micro-batch and shrink with TP), and the time each group's
+# messages take on its links: notebook 02's analyzer.
+
 # %% [markdown]
-# **Why.** Narayanan et al.'s takeaways (§3.3, §3.4): use as little model parallelism
-# (TP x PP) as makes the model fit, and give the rest of the GPUs to DP, which costs least;
-# of the model-parallel layouts of one size, TP up to the GPUs of a server before PP (its
-# all-reduces stay on the fast links, and every stage adds to the bubble).
-#
-# Without ZeRO-1, 16 bytes a parameter need TP x PP $\geq$ 16 x 10¹² / 60 x 10⁹ ≈ 267; the
-# sizes that divide 3072 jump from 256 to 384, so the chooser picks TP 8 x PP 48 (41.7 GB a
-# GPU); with ZeRO-1, TP 8 x PP 12 (45.6 GB). The paper ran TP 8 x PP 64 x DP 6. A stage holds
-# whole transformer layers, and their model had 128 (Table 1): 48 stages do not divide them,
-# and 32 stages would hold 62.5 GB of model states a GPU, more than the chooser's three
-# quarters; so 64, at 31.3 GB, leaves the rest to activations. And Megatron-LM had no
-# distributed optimizer then (it came later): ZeRO-1's 12 stages were not on offer. The real
-# choice also weighs the bubble (more micro-batches), the activations (they grow with the
-# micro-batch and shrink with TP), and the time each group's traffic takes on its links:
-# notebook 02's analyzer.
-#
 # ## Wrap-up
 #
-# * A grid of shape (PP, DP, TP) with TP fastest: TP groups are neighbours (one server), DP
-#   groups TP apart, pipelines DP x TP apart.
-# * Every parallelism runs in its own group: $f$, $g$ in the TP group, the gradient average in
-#   the DP group, sends and receives between neighbours of one pipeline. The wrong group gives
-#   the wrong numbers, or hangs. A rank's place in a group is the group's, not its global rank.
-# * Replicated parameters (norms, the row-parallel bias) are whole on every TP rank: averaged
-#   over DP only, and counted whole in DP's bytes.
-# * FSDP2 keeps a root unit's weights between forward and backward: shard the whole model too.
-# * A prediction of the bytes is only as good as its count of what the code does.
+# Questions to answer for yourself:
+#
+# * Why is TP the fastest-changing dimension of the grid, and what would change on a cluster
+#   if it were DP?
+# * For any tensor of the model: which ranks hold a copy of it, and which hold a different
+#   part? Every group of this notebook was the answer to that question for one kind of tensor.
+# * What tells you, from a count of collectives alone, that a ZeRO-3 run keeps its budget?
+# * Notebook 02's analyzer and your `group_bytes` disagree: which one would you trust for a
+#   model with $h$ = 12288, and why?
 #
 # **Next.** The drills re-mask random pieces of every notebook's code.
