@@ -18,9 +18,9 @@ from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (
 
 ASSIGNMENT = "04_tensor_parallel"
 nb = Notebook(ASSIGNMENT)
-NAMES = ["column_parallel_forward", "row_parallel_forward", "column_parallel_backward",
-         "row_parallel_backward", "megatron_f_g", "tp_mlp", "tp_attention", "mlp_bytes",
-         "sp_all_reduce", "sp_f_g"]
+NAMES = ["column_parallel_forward", "row_parallel_forward",
+         "megatron_f_g", "tp_mlp", "tp_attention", "mlp_bytes",
+         "rows_of_sum", "sp_f_g"]
 
 
 # ---------------------------------------------------------------- references pass
@@ -64,8 +64,7 @@ def test_a_missing_all_reduce_on_some_ranks_fails_in_seconds():
 @pytest.mark.parametrize(("name", "number", "wrong"), [
     ("tp_mlp", 1, "w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), "
                   "shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); "
-                  "hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); "
-                  "y = F.linear(hidden, w2_mine) + b2"),  # with the judge's trusted f and g
+                  "z = F.linear(F.linear(x_in, w1_mine, b1_mine), w2_mine)"),  # GeLU left out
     ("megatron_f_g", 1, "f_backward, g_backward = all_reduce_sum, all_reduce_sum"),
 ])
 def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):

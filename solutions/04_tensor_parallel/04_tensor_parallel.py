@@ -11,13 +11,12 @@
 #
 # 1. A linear layer whose weight is cut into bands of rows, then one cut into bands of
 #    columns, on real gloo ranks, each equal to `nn.Linear`: which collective each needs.
-# 2. Their backward pass by hand: which gradients need a collective, and which need none.
-# 3. Why autograd cannot be left alone with a collective, and Megatron's operators *f* and
-#    *g* as `torch.autograd.Function`s.
-# 4. A tensor-parallel MLP and attention layer: which way to cut each weight, and where the
-#    communication goes, checked against the single-device layers: output, input gradient,
-#    every weight gradient.
-# 5. The communication of two MLP layouts, predicted as formulas, then measured; and sequence
+# 2. Their backward pass: a hand-written one that goes wrong, why autograd cannot be left
+#    alone with a collective, and Megatron's operators *f* and *g* as
+#    `torch.autograd.Function`s.
+# 3. A tensor-parallel MLP and attention layer: which way to cut each weight, checked against
+#    the single-device layers: output, input gradient, every weight gradient.
+# 4. The communication of two MLP layouts, predicted as formulas, then measured; and sequence
 #    parallelism.
 #
 # **How to use this notebook.** As in 01 and 02: replace each `_____` with code (the comment
@@ -35,8 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from distlab import require_filled, reveal, run
-from distlab.tensor_parallel import count_collectives, format_calls, show_comm_table, \
-    show_matrices, show_split
+from distlab.tensor_parallel import count_collectives, format_calls, show_comm_table, show_split
 
 # %% [markdown]
 # ## 0. Who holds what
@@ -49,8 +47,9 @@ from distlab.tensor_parallel import count_collectives, format_calls, show_comm_t
 #
 # The helper below cuts a tensor into $N$ equal parts along one dimension and returns rank
 # $r$'s part (a view, so gradients flow through it). A dimension that does not divide is
-# refused: `torch.chunk` would not refuse, it returns *fewer* pieces than asked, so a rank would
-# get nothing, or a collective would hang on pieces of different sizes.
+# refused: `torch.chunk` would not refuse. It cuts pieces of $\lceil size/N \rceil$ and the last
+# one shorter: 6 features into 4 give 3 pieces (a rank would get nothing), 7 give 4 pieces of
+# different sizes (a collective cannot join them).
 
 # %%
 def shard(t, rank, world_size, dim):
@@ -61,7 +60,9 @@ def shard(t, rank, world_size, dim):
     return t.chunk(world_size, dim=dim)[rank]
 
 
-print([piece.tolist() for piece in torch.arange(6).chunk(4)], "<- torch.chunk(4) of 6 features")
+for size in (6, 7):
+    print([piece.tolist() for piece in torch.arange(size).chunk(4)],
+          f"<- torch.chunk(4) of {size} features")
 
 # %% [markdown]
 # **The collectives** of notebook 01, as `torch.distributed` calls them. Each is shown on a
@@ -254,55 +255,29 @@ grade(row_parallel_forward)
 # $\bar y = \partial L / \partial y$, a single device computes
 # $\partial L/\partial x = \bar y\, W$, $\partial L/\partial W = \bar y^\top x$ and
 # $\partial L/\partial b = \sum_{\text{batch}} \bar y$. Every rank runs the same loss on the
-# same (whole) $y$, so every rank holds the whole $\bar y$; below, each rank is handed the part
-# of $\bar y$ that its own output came from.
+# same (whole) $y$, so every rank holds the whole $\bar y$; rank $r$ of section 1's layer
+# produced only its columns of $y$, so $\bar y_r$, its columns of $\bar y$, is what flows back
+# to it. Every rank must end with $\partial L/\partial x$ whole, and the gradients of its own
+# rows of the weight and entries of the bias.
 #
-# **The situation, rows cut (section 1).** Rank $r$ produced only its columns
-# $y_r = xW_r^\top + b_r$, so $\bar y_r$, its columns of $\bar y$, is what flows back to it.
-# **At the end** every rank must hold $\partial L/\partial x$ (whole, the gradient of the
-# whole layer's loss) and the gradients of its own rows of the weight and entries of the bias.
-# (2-D inputs here.)
-#
-# **A bug to fix.** Seed code of this course writes this backward as below. Its weight and
-# bias gradients are wrong and so is its $\partial L/\partial x$ (run it and compare with
-# autograd, if you like):
-#
-# ```python
-# grad_w = grad_y_shard.t() @ x;   dist.all_reduce(grad_w)
-# grad_b = grad_y_shard.sum(dim=0); dist.all_reduce(grad_b)
-# grad_x = grad_y_shard @ w_shard
-# ```
-#
-# The weight and bias gradients are given below without the collectives; write the lines
-# that produce $\partial L/\partial x$.
+# Seed code of this course writes this backward as the function below. Run it against autograd
+# on one process:
 
-# %% solution="column_parallel_backward"
-def column_parallel_backward(rank, world_size, x, w_shard, grad_y_shard):
-    """The gradients of column_parallel_forward, by hand, on this rank.
-
-    x: (batch, in_features), whole; w_shard: (out_features / N, in_features), this rank's rows
-    of the weight; grad_y_shard: (batch, out_features / N), this rank's columns of dL/dy.
-    Returns (grad_x, grad_w, grad_b): dL/dx, whole, on every rank, and the gradients of this
-    rank's rows of the weight and entries of the bias.
-    """
+# %%
+def seed_column_backward(rank, world_size, x, w_shard, grad_y_shard):
+    """Seed code's backward of section 1's layer (x whole, w_shard this rank's rows, grad_y_shard
+    this rank's columns of dL/dy): (grad_x, grad_w, grad_b)."""
     grad_w = grad_y_shard.t() @ x
+    dist.all_reduce(grad_w)
     grad_b = grad_y_shard.sum(dim=0)
-    grad_x = grad_y_shard @ w_shard; dist.all_reduce(grad_x)  # BLANK `grad_x = grad_y_shard @ w_shard; dist.all_reduce(grad_x)` dL/dx, fixed (a few statements) # SHAPE `a debug blank: the seed's buggy lines are shown above, the fix is where the collective goes` # ACCEPT `grad_x = grad_y_shard @ w_shard; dist.all_reduce(grad_x, op=dist.ReduceOp.SUM)` # REJECT `grad_x = grad_y_shard @ w_shard` `grad_x = grad_y_shard @ w_shard; dist.all_reduce(grad_w)` `grad_x = grad_y_shard @ w_shard; dist.all_reduce(grad_x, op=dist.ReduceOp.AVG)`
+    dist.all_reduce(grad_b)
+    grad_x = grad_y_shard @ w_shard
     return grad_x, grad_w, grad_b
 
 
-# %% [markdown]
-# The check compares with autograd on one process, then prints what each rank holds.
-
-# %%
-require_filled(column_parallel_backward)  # names any blank still empty
-
-
-def grads_on_ranks(rank, world_size, x, weight, grad_y):
-    with count_collectives() as calls:
-        grads = column_parallel_backward(rank, world_size, x, shard(weight, rank, world_size, 0),
-                                         shard(grad_y, rank, world_size, 1))
-    return grads, calls
+def seed_on_ranks(rank, world_size, x, weight, grad_y):
+    return seed_column_backward(rank, world_size, x, shard(weight, rank, world_size, 0),
+                                shard(grad_y, rank, world_size, 1))
 
 
 torch.manual_seed(0)
@@ -310,116 +285,21 @@ x, grad_y = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 12, dtype=tor
 layer = nn.Linear(8, 12, dtype=torch.float64)
 x_leaf = x.clone().requires_grad_()
 layer(x_leaf).backward(grad_y)  # autograd, on one process
-results = run(grads_on_ranks, x, layer.weight.detach(), grad_y, world_size=2)
-print(format_calls(results[0][1]))
-for rank, ((grad_x, grad_w, grad_b), _) in enumerate(results):
-    print(f"rank {rank}: dL/dx[0, :3] = {[round(v, 4) for v in grad_x[0, :3].tolist()]}, "
-          f"autograd's: {[round(v, 4) for v in x_leaf.grad[0, :3].tolist()]}")
-    assert torch.allclose(grad_x, x_leaf.grad), f"rank {rank}: dL/dx differs from autograd's"
-    assert torch.allclose(grad_w, layer.weight.grad.chunk(2)[rank]), f"rank {rank}: dL/dW_r"
-    assert torch.allclose(grad_b, layer.bias.grad.chunk(2)[rank]), f"rank {rank}: dL/db_r"
-print("✓ column_parallel_backward equals autograd")
-reveal("column_parallel_backward")
+for rank, grads in enumerate(run(seed_on_ranks, x, layer.weight.detach(), grad_y, world_size=2)):
+    wanted = (x_leaf.grad, layer.weight.grad.chunk(2)[rank], layer.bias.grad.chunk(2)[rank])
+    verdicts = ["equals" if torch.allclose(got, want) else "DIFFERS from"
+                for got, want in zip(grads, wanted, strict=True)]
+    print(f"rank {rank}: dL/dx {verdicts[0]} autograd's, its dL/dW_r {verdicts[1]} autograd's, "
+          f"its dL/db_r {verdicts[2]} autograd's")
 
-# %% tests="column_parallel_backward_tests" points=1
-# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64, each rank given
-# its rows of the weight and columns of dL/dy, against autograd on one process; and what each
-# rank did: its collectives and bytes, about 1/N of the backward's matmul FLOPs.
-### BEGIN HIDDEN TESTS
-# Seed 002's ColumnParallelLinear.backward all-reduces the weight and bias gradients of the
-# shards: wrong (different rows' gradients get added). Seed 003 section 8 first calls the input
-# gradient's sum a ReduceScatter, then an AllReduce: it is an AllReduce (every rank needs all
-# of dL/dx).
-from autograder.grade_cell import grade
-grade(column_parallel_backward)
-### END HIDDEN TESTS
-
-# %% [markdown] why="column_parallel_backward"
-# **Why.** $x$ reached every output feature, through every rank's rows, so
-# $\partial L/\partial x = \sum_r \bar y_r W_r$: each rank holds one term, and every rank needs
-# the sum: an **all-reduce**. The weight and bias gradients of a rank's rows involve only its
-# own rows: they need **no communication**. (All-reducing them too, as seed code of this course
-# does, would add the gradients of *different* rows together.)
-#
-# **The situation, columns cut (section 2).** $y = \sum_r x_r W_r^\top + b$, and every rank
-# holds the whole $\bar y$. Given: the gradient of this rank's columns of the weight, the bias
-# gradient, and $\bar y W_r$, the gradient of this rank's features $x_r$. **At the end**: if the
-# input arrived **already split** (rank $r$ only ever had $x_r$, from an earlier layer),
-# return the gradient of $x_r$ alone; if it arrived **whole** (each rank cut its features out
-# of the same $x$), every rank must hold all of $\partial L/\partial x$, `(batch, in)`.
-
-# %% solution="row_parallel_backward"
-def row_parallel_backward(rank, world_size, x_shard, w_shard, grad_y, input_is_split):
-    """The gradients of row_parallel_forward, by hand, on this rank.
-
-    x_shard: (batch, in_features / N), this rank's features of the input; w_shard:
-    (out_features, in_features / N), this rank's columns of the weight; grad_y: dL/dy,
-    (batch, out_features), the same on every rank.
-    Returns (grad_x, grad_w, grad_b): dL/dx, only this rank's features (batch, in_features / N)
-    if input_is_split, else the whole (batch, in_features) on every rank; the gradient of this
-    rank's columns of the weight; and the bias gradient (whole: the bias is not split).
-    """
-    grad_w = grad_y.t() @ x_shard
-    grad_b = grad_y.sum(dim=0)
-    grad_x = grad_y @ w_shard  # the gradient of this rank's features of x
-    if not input_is_split:
-        pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=-1)  # BLANK `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=-1)` dL/dx as the docstring asks when the input was whole (a few statements) # ACCEPT `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x.contiguous()); grad_x = torch.cat(pieces, dim=1)` # REJECT `pass` `dist.all_reduce(grad_x)` `pieces = [torch.empty_like(grad_x) for _ in range(world_size)]; dist.all_gather(pieces, grad_x); grad_x = torch.cat(pieces, dim=0)`
-    return grad_x, grad_w, grad_b
-
-
-# %%
-require_filled(row_parallel_backward)  # names any blank still empty
-
-
-def row_grads_on_ranks(rank, world_size, x, weight, grad_y):
-    x_shard, w_shard = shard(x, rank, world_size, 1), shard(weight, rank, world_size, 1)
-    out = []
-    for split in (True, False):
-        with count_collectives() as calls:
-            grads = row_parallel_backward(rank, world_size, x_shard, w_shard, grad_y, split)
-        out.append((grads, calls))
-    return out
-
-
-layer = nn.Linear(12, 8, dtype=torch.float64)
-x = torch.randn(3, 12, dtype=torch.float64)
-x_leaf = x.clone().requires_grad_()
-layer(x_leaf).backward(grad_y[:, :8])
-results = run(row_grads_on_ranks, x, layer.weight.detach(), grad_y[:, :8], world_size=2)
-for split, (_, calls) in zip(("split", "whole"), results[0], strict=True):
-    print(f"--- input {split}, rank 0\n{format_calls(calls)}")
-for rank, ((split, _), (whole, _)) in enumerate(results):
-    assert torch.allclose(split[0], x_leaf.grad.chunk(2, dim=1)[rank]), "split input: dL/dx_r"
-    assert torch.allclose(whole[0], x_leaf.grad), f"whole input: rank {rank}'s dL/dx"
-    for grad_w, grad_b in (split[1:], whole[1:]):
-        assert torch.allclose(grad_w, layer.weight.grad.chunk(2, dim=1)[rank]), "dL/dW_r"
-        assert torch.allclose(grad_b, layer.bias.grad), "dL/db"
-print("✓ row_parallel_backward equals autograd, for a split and for a whole input")
-reveal("row_parallel_backward")
-
-# %% tests="row_parallel_backward_tests" points=1
-# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64, inputs split
-# and whole, each rank given its features and columns, against autograd on one process; and
-# what each rank did: its collectives and bytes, about 1/N of the backward's matmul FLOPs.
-### BEGIN HIDDEN TESTS
-# Seed 002's RowParallelLinear.backward all-reduces the shard weight gradients: wrong, as for
-# the first layer. Seed 003 section 9.3 returns per-device input gradients without saying that
-# a whole input needs them all-gathered (seed 002's formula says so).
-from autograder.grade_cell import grade
-grade(row_parallel_backward)
-### END HIDDEN TESTS
-
-# %% [markdown] why="row_parallel_backward"
-# **Why.** $\partial y/\partial(x_r W_r^\top)$ is the identity, so every rank's partial product
-# receives the whole $\bar y$, and $\bar y W_r$ is exactly the part of $\partial L/\partial x$
-# that belongs to rank $r$'s features. A split input needs nothing more; a whole one needs
-# every rank's part side by side: an **all-gather**, as in the forward pass of section 1. The
-# weight gradients are again local.
+# %% [markdown]
+# All three are wrong. Section 4 fixes them, without writing a backward by hand.
 
 # %% [markdown]
 # ## 4. Autograd and a collective
 #
-# Writing every backward by hand does not scale to a transformer: we want autograd to do it.
+# Writing every backward by hand does not scale to a transformer (and, as the seed shows, is
+# easy to get wrong): we want autograd to do it.
 # But can autograd differentiate through `dist.all_reduce`? Try it. On 2 ranks, rank $r$ holds
 # $x_r = r + 1$ and computes $y = \sum_q x_q$ with an all-reduce; then each rank uses $y$ in its
 # own way, $L_r = (r + 1)\,y$, and the training loss is $L = L_0 + L_1 = 3y$. Every $x_r$
@@ -471,7 +351,7 @@ class Scale(torch.autograd.Function):
 
 
 def all_reduce_sum(t):
-    """The sum of t over every rank, in a new tensor (t itself is left as it was)."""
+    """A new tensor: dist.all_reduce (SUM) of a copy of t."""
     total = t.clone()
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
     return total
@@ -483,7 +363,7 @@ print("Scale: x.grad =", x.grad.tolist())
 
 # %% [markdown]
 # Megatron needs two such operators, for the two places where a tensor-parallel region meets
-# the rest of the model (a region is one or more split layers, as in sections 1 to 3):
+# the rest of the model (a region is one or more split layers, as in sections 1 and 2):
 #
 # * **f**, where a region **begins**: its input $x$ is whole and the same on every rank, and
 #   every rank's split layers read all of it. Its forward passes $x$ on unchanged.
@@ -568,11 +448,18 @@ grade(megatron_f_g)
 # %% [markdown] why="megatron_f_g"
 # **Why.** f's forward hands one $x$ to every rank's branch, so the loss depends on $x$ through
 # every rank: its gradient is the **sum** of the ranks' gradients, an all-reduce in the
-# backward pass (section 3's first layer, now inside autograd). g's forward sums; each partial
+# backward pass. g's forward sums; each partial
 # sum enters the total with weight 1, and every rank already holds the same
 # $\partial L/\partial y$, so its backward is the **identity**: the all-reduce that autograd
 # got wrong in the first demo is right here, but only because g says so, for the situation where
 # it is used.
+#
+# **The seed's backward, fixed.** In section 3's layer $x$ reached every output feature through
+# every rank's rows, so $\partial L/\partial x = \sum_r \bar y_r W_r$: each rank holds one term,
+# and the all-reduce is f's backward at the layer's input. The weight and bias gradients of a
+# rank's rows involve only its rows: no communication (the seed's all-reduces add the gradients
+# of *different* rows). Dually, section 2's layer with a whole input needs its input gradient
+# all-gathered (each rank holds its features' columns), and none with an input already split.
 
 # %% [markdown]
 # ## 5. The tensor-parallel MLP
@@ -595,7 +482,8 @@ print(f"GeLU(a + b) = {F.gelu(a + b).item():.4f}, GeLU(a) + GeLU(b) = "
 
 # %% [markdown]
 # The function gets the full parameters: which part of each a rank uses is the exercise (use
-# `shard`). Choose the cuts, then place f and g; autograd does the rest.
+# `shard`). f and g are placed for you; choose the cuts, so that what reaches g is what g
+# expects; autograd does the rest.
 
 # %% solution="tp_mlp"
 def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
@@ -607,7 +495,9 @@ def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
     default (section 8 passes another pair).
     """
     f, g = ops or megatron_f_g()
-    w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); y = g.apply(F.linear(hidden, w2_mine)) + b2  # BLANK `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); y = g.apply(F.linear(hidden, w2_mine)) + b2` this rank's parts of the weights, its hidden activation, and the whole output y (a few statements) # ACCEPT `w1_mine, b1_mine, w2_mine = w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank], shard(w2, rank, world_size, dim=-1); hidden = F.gelu(f.apply(x) @ w1_mine.t() + b1_mine); y = g.apply(hidden @ w2_mine.t()) + b2` # REJECT `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); y = F.linear(hidden, w2_mine) + b2` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(x, w1_mine, b1_mine)); y = g.apply(F.linear(hidden, w2_mine)) + b2` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); y = g.apply(F.linear(hidden, w2_mine, b2))` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); hidden = F.gelu(F.linear(f.apply(x), w1_mine, b1_mine)); y = all_reduce_sum(F.linear(hidden, w2_mine)) + b2`
+    x_in = f.apply(x)  # where the region begins
+    w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); z = F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)  # BLANK `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); z = F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)` this rank's parts of the weights, and z, what this rank hands to g (a few statements) # ACCEPT `w1_mine, b1_mine, w2_mine = w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank], shard(w2, rank, world_size, dim=-1); z = F.gelu(x_in @ w1_mine.t() + b1_mine) @ w2_mine.t()` # REJECT `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=0); z = F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=1), b1, shard(w2, rank, world_size, dim=1); z = F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)` `w1_mine, b1_mine, w2_mine = w1, b1, w2; z = F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine) / world_size`
+    y = g.apply(z) + b2  # where it ends
     return y
 
 
@@ -616,7 +506,7 @@ def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
 # single-device MLP: the output and $\partial L/\partial x$ on every rank, and every weight
 # gradient (a rank's gradient is zero outside the part it used, so the ranks' gradients added,
 # or, for a parameter that every rank uses whole, each rank's, must give the single-device
-# one). It prints the collectives of rank 0 and torch's warnings, if any.
+# one). It fails on torch's warnings, if any.
 
 # %%
 require_filled(megatron_f_g)  # names any blank still empty
@@ -646,8 +536,6 @@ params = [p.detach() for p in mlp.parameters()]  # w1, b1, w2, b2
 names = ["W1", "b1", "W2", "b2"]
 for n in (2, 4):
     results = run(mlp_step, x, *params, grad_y, world_size=n)
-    if n == 2:
-        print(format_calls(results[0][1]))
     for rank, ((y_r, grad_x, *grads), _, said) in enumerate(results):
         assert not said, f"{n} ranks, rank {rank}: torch warned: {said}"
         assert torch.allclose(y_r, y), f"{n} ranks: rank {rank}'s output"
@@ -693,6 +581,7 @@ grade(tp_mlp)
 # reads. **The situation**: $x$ whole on every rank; each rank must compute $H/N$ whole heads
 # (the softmax of a head needs all of its queries and keys), the same budget as the MLP: one
 # collective forward, one backward, $\frac{1}{N}$ of the work; the whole output on every rank.
+# f and g are placed for you, as in `tp_mlp`.
 #
 # The plumbing, written for you: `split_heads` and `merge_heads` reshape between
 # `(batch, seq, heads * head_dim)` and `(batch, heads, seq, head_dim)`, `attend` is causal
@@ -735,7 +624,9 @@ def tp_attention(rank, world_size, x, wq, wk, wv, wo, bo, num_heads):
     if num_heads % world_size != 0:
         raise ValueError(f"{num_heads} heads cannot be split evenly over {world_size} ranks")
     f, g = megatron_f_g()
-    rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo  # BLANK `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo` this rank's heads, and the whole output y (a few statements) # ACCEPT `head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in (wq, wk, wv)); y = g.apply(merge_heads(attend(q, k, v)) @ wo[:, rows].t()) + bo` # REJECT `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[rows])) + bo` `rows = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo` `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); xf = f.apply(x); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows], bo))`
+    xf = f.apply(x)  # where the region begins
+    rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])  # BLANK `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])` this rank's heads, and z, what this rank hands to g (a few statements) # ACCEPT `head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in (wq, wk, wv)); z = merge_heads(attend(q, k, v)) @ wo[:, rows].t()` # REJECT `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[rows])` `rows = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])` `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows]) / world_size`
+    y = g.apply(z) + bo  # where it ends
     return y
 
 
@@ -788,20 +679,8 @@ grade(tp_attention)
 # **Why.** A rank's heads need only their own queries, keys and values, so the attention itself
 # runs on each rank for its heads with no communication, as the GeLU did for its hidden units;
 # their outputs meet only in the output projection, whose partial sums are the one message.
-# The picture shows the layout.
-
-# %%
-show_matrices([("x (batch x seq x d)", 3, 4, None, "whole, every rank"),
-               ("Wq, Wk, Wv (d x d)", 8, 8, "rows", "bands of rows",
-                ["heads 0-1", "heads 2-3", "heads 4-5", "heads 6-7"]),
-               ("Wo (d x d)", 8, 8, "cols", "bands of columns",
-                ["heads 0-1", "heads 2-3", "heads 4-5", "heads 6-7"]),
-               ("y", 3, 4, "partial", "a partial sum per rank")],
-              world_size=4, title="attention on 4 ranks: 8 heads, 2 per rank",
-              description="Tensor-parallel attention with 8 heads on 4 ranks: each head is a "
-                          "band of rows of Wq, Wk and Wv and the matching band of columns of "
-                          "Wo; rank r holds 2 whole heads and computes their attention alone; "
-                          "the output projection leaves a partial sum on every rank.")
+# The layout, with 8 heads on 4 ranks: rank $r$ holds rows $2r\,d_h$ to $(2r+2)\,d_h - 1$ of
+# $W_q$, $W_k$ and $W_v$ (its 2 heads) and the same band of *columns* of $W_o$.
 
 # %% [markdown]
 # ## 7. What it costs, measured
@@ -813,17 +692,16 @@ show_matrices([("x (batch x seq x d)", 3, 4, None, "whole, every rank"),
 # reduce-scatter.
 #
 # **Predict before you run.** Two layouts compute the same MLP on $N$ ranks: yours (`tp_mlp`),
-# and one that cuts *both* weights into bands of rows, as in section 1, calling
-# `column_parallel_forward` for each layer. For a batch of $b$ rows of width $d$, $h$ hidden
-# units and $s$ bytes a number, how many bytes does one rank send in the **forward** pass of
-# each? Write both as formulas; the check measures them.
+# and section 1's layout twice, `column_parallel_forward` for each layer. For a batch of $b$
+# rows of width $d$, $h$ hidden units and $e$ bytes a number, how many bytes does one rank send
+# in the **forward** pass of each? Write both as formulas; the check measures them.
 
 # %% solution="mlp_bytes"
-def mlp_bytes(world_size, b, d, h, s):
+def mlp_bytes(world_size, b, d, h, e):
     """(yours, rows_twice): the bytes one rank sends in the forward pass of the MLP, in tp_mlp's
-    layout and in the layout that cuts both weights into bands of rows (ring collectives)."""
+    layout and in section 1's layout twice (ring collectives); e bytes a number."""
     n = world_size
-    yours, rows_twice = 2 * (n - 1) / n * b * d * s, (n - 1) / n * b * (h + d) * s  # BLANK `yours, rows_twice = 2 * (n - 1) / n * b * d * s, (n - 1) / n * b * (h + d) * s` both formulas # ACCEPT `yours, rows_twice = 2 * (n - 1) * b * d * s / n, (n - 1) * (b * h * s + b * d * s) / n` # REJECT `yours, rows_twice = 2 * (n - 1) / n * b * h * s, (n - 1) / n * b * (h + d) * s` `yours, rows_twice = 2 * (n - 1) / n * b * d * s, 2 * (n - 1) / n * b * d * s` `yours, rows_twice = 2 * (n - 1) / n * b * d * s, (n - 1) / n * b * h * s` `yours, rows_twice = 4 * (n - 1) / n * b * d * s, (n - 1) / n * b * (h + d) * s`
+    yours, rows_twice = 2 * (n - 1) / n * b * d * e, (n - 1) / n * b * (h + d) * e  # BLANK `yours, rows_twice = 2 * (n - 1) / n * b * d * e, (n - 1) / n * b * (h + d) * e` both formulas # ACCEPT `yours, rows_twice = 2 * (n - 1) * b * d * e / n, (n - 1) * (b * h * e + b * d * e) / n` # REJECT `yours, rows_twice = 2 * (n - 1) / n * b * h * e, (n - 1) / n * b * (h + d) * e` `yours, rows_twice = 2 * (n - 1) / n * b * d * e, 2 * (n - 1) / n * b * d * e` `yours, rows_twice = 2 * (n - 1) / n * b * d * e, (n - 1) / n * b * h * e` `yours, rows_twice = 4 * (n - 1) / n * b * d * e, (n - 1) / n * b * (h + d) * e`
     return yours, rows_twice
 
 
@@ -840,11 +718,12 @@ require_filled(column_parallel_forward)
 def forward_bytes(rank, world_size, x, w1, b1, w2, b2):
     with torch.no_grad(), count_collectives() as yours:
         y = tp_mlp(rank, world_size, x, w1, b1, w2, b2)
+    def mine(t):  # section 1's cut
+        return shard(t, rank, world_size, 0)
+
     with count_collectives() as rows_twice:
-        hidden = column_parallel_forward(rank, world_size, x, shard(w1, rank, world_size, 0),
-                                         shard(b1, rank, world_size, 0))
-        y2 = column_parallel_forward(rank, world_size, F.gelu(hidden),
-                                     shard(w2, rank, world_size, 0), shard(b2, rank, world_size, 0))
+        hidden = column_parallel_forward(rank, world_size, x, mine(w1), mine(b1))
+        y2 = column_parallel_forward(rank, world_size, F.gelu(hidden), mine(w2), mine(b2))
     assert torch.allclose(y, y2, atol=1e-5), "both layouts compute the same MLP"
     return yours, rows_twice
 
@@ -884,7 +763,7 @@ grade(mlp_bytes)
 # one all-reduce of $b \times d$; the other needs one collective per layer: the second layer's
 # input was all-gathered, so the gradient of its input is a sum over the ranks of which each
 # rank keeps only its own hidden units, a **reduce-scatter** of $b \times h$
-# ($\frac{N-1}{N}\,b\,h\,s$, half what an all-reduce of it would send), and the first layer's
+# ($\frac{N-1}{N}\,b\,h\,e$, half what an all-reduce of it would send), and the first layer's
 # input gradient an all-reduce of $b \times d$: $\frac{h + 2d}{2d} = 3$ times yours for
 # $h = 4d$.
 #
@@ -908,6 +787,7 @@ for n in (2, 4):
     assert step == 2 * mlp_bytes(n, ROWS, D, H, 4)[0], "the backward sends what the forward does"
 print("✓ one step sends twice the forward's bytes")
 
+# %% [markdown]
 # ### One transformer layer
 #
 # A layer is attention then the MLP, each with a residual and a layer norm (which every rank
@@ -938,23 +818,21 @@ x_layer, grad_layer = torch.randn(B, L, D), torch.randn(B, L, D)
 calls = run(count_layer, x_layer, p, grad_layer, world_size=2)[0]
 forward = [c for c in calls if not c.backward]
 backward = [c for c in calls if c.backward]
-assert {c.name for c in calls} == {"all_reduce"}
-assert all(c.shape == (B, L, D) for c in calls), "every all-reduce is batch x seq x d"
+print(format_calls(calls))
 assert (len(forward), len(backward)) == (2, 2), (len(forward), len(backward))
 show_comm_table([("tensor parallel", f"{len(forward)} {forward[0].name}",
                   f"{len(backward)} {backward[0].name}")],
-                title=f"all-reduces per transformer layer, each of b x s x d = {B}x{L}x{D} "
-                      "numbers (measured, 2 ranks)")
-print("✓ 2 all-reduces forward, 2 backward")
+                title="collectives per transformer layer (measured, 2 ranks)")
+print("✓ 2 collectives forward, 2 backward")
 
 # %% [markdown]
 # In this code every one of these all-reduces blocks: the next layer cannot start before it
 # ends. (Production systems such as Megatron-LM and Transformer Engine hide part of it by
 # overlapping the communication with matmuls, but a layer still waits on its inputs.) That is
 # why tensor parallelism usually stays inside a node, on the fastest links (NVLink), typically
-# $N \le 8$, while data and pipeline parallelism cross nodes. (Notebook 05 adds activation
-# recomputation: a layer that recomputes its forward pass during the backward pass runs its
-# forward all-reduces again, 2 more per layer.)
+# $N \le 8$, while data and pipeline parallelism cross nodes. (Activation recomputation, which
+# notebook 05 teaches in its section 9, reruns a layer's forward pass during the backward pass,
+# and with it the forward's collectives: 2 more per layer.)
 #
 # ## 8. Sequence parallelism
 #
@@ -962,7 +840,8 @@ print("✓ 2 all-reduces forward, 2 backward")
 # rank computes the *same* residual add, dropout and layer norm on the *whole* activation, and
 # keeps the whole activation for the backward pass. Megatron-LM's sequence parallelism
 # (Korthikanti et al., 2022, "Reducing Activation Recomputation in Large Transformer Models")
-# splits that region along the **sequence** instead: each rank handles $s/N$ positions, which
+# splits that region along the **sequence** instead: each rank handles $s/N$ of the $s$
+# positions (here $s$ is the sequence length), which
 # layer norm and dropout allow, as they treat each position alone. (Dropout then needs a
 # random stream per rank, so that the ranks do not drop the same pattern on different
 # positions; Megatron-LM keeps one with its RNG tracker.)
@@ -971,99 +850,39 @@ print("✓ 2 all-reduces forward, 2 backward")
 # dimension 0. At the end of a block every rank holds a partial sum `t` over *every* position
 # (what g all-reduced). **In between**, rank $r$ must hold only its positions of the sum, rows
 # $r\frac{s}{N}$ to $(r+1)\frac{s}{N} - 1$ (where the layer norm would run); **at the end**
-# every rank must hold the whole sum again, for the next block. **The budget**: no more bytes
-# than g's one all-reduce. The single-tensor collectives split and join along dimension 0:
+# every rank must hold the whole sum again, for the next block. The second step is given:
+# `gather_rows(part)` returns every rank's `part`, stacked along dimension 0 in rank order.
+# Write the first, `rows_of_sum(t)`. **The budget**: both steps together send no more bytes
+# than g's one all-reduce of `t`.
+#
+# The single-tensor collectives, each on an example of its own (every rank calls the line):
 #
 # ```python
-# # 2 ranks; rank r holds v = [r+1, r+1, r+1, r+1, r+1, r+1]
-# mine = torch.empty(3)
-# dist.reduce_scatter_single(mine, v, op=dist.ReduceOp.SUM)  # elementwise sum, cut in 2:
-# # rank 0 gets [3, 3, 3], rank 1 gets the other 3 entries of the sum
+# # 2 ranks; rank r holds v = [r+1, r+1, r+1, r+1]
+# dist.all_reduce(v)                      # v == [3, 3, 3, 3] on both
+#
+# # 2 ranks; rank r holds w = [10 r, 10 r]
+# dist.broadcast(w, src=1)                # w == [10, 10] on both: rank 1's
+#
+# # 2 ranks; rank r holds a = [r, r, 10 + r, 10 + r]
+# got = torch.empty(4)
+# dist.all_to_all_single(got, a)          # block q of a goes to rank q:
+# # rank 0 gets [0, 0, 1, 1], rank 1 gets [10, 10, 11, 11]
+#
+# # 3 ranks; rank r holds c = [1, 2, 3] * (r + 1)
+# mine = torch.empty(1)
+# dist.reduce_scatter_single(mine, c)     # the elementwise sum [6, 12, 18], cut in 3:
+# # rank 0 gets [6], rank 1 [12], rank 2 [18]
 #
 # # 3 ranks; rank r holds u = [10 r]
 # out = torch.empty(3)
-# dist.all_gather_single(out, u)  # out == [0, 10, 20] on every rank
+# dist.all_gather_single(out, u)          # out == [0, 10, 20] on every rank
 # ```
 #
-# (On torch 2.13, `dist.reduce_scatter_tensor` and `dist.all_gather_into_tensor`, the older
-# names of these two calls, still work but warn "... is deprecated. Please use
-# `torch.distributed.reduce_scatter_single` (`all_gather_single`) instead"; gloo runs both
-# `_single` forms.)
-
-# %% solution="sp_all_reduce"
-def sp_all_reduce(rank, world_size, t):
-    """The sum of t over the ranks, holding only this rank's rows of it in between.
-
-    t: (seq, ...), seq a multiple of world_size. Returns (total, part): the sum, whole, on
-    every rank; and this rank's rows of it, which it held in between (where the layer norm
-    would run).
-    """
-    if t.shape[0] % world_size != 0:
-        raise ValueError(f"{t.shape[0]} positions cannot be split evenly over {world_size} "
-                         "ranks")
-    part = t.new_zeros((t.shape[0] // world_size, *t.shape[1:]))
-    total = torch.empty_like(t)
-    dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); dist.all_gather_single(total, part)  # BLANK `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); dist.all_gather_single(total, part)` fill part and total (a few statements) # ACCEPT `dist.reduce_scatter_single(part, t); dist.all_gather_single(total, part)` # REJECT `dist.all_reduce(t); part.copy_(t.chunk(world_size)[rank]); total.copy_(t)` `dist.reduce_scatter_single(part, t, op=dist.ReduceOp.SUM); total.copy_(t)`
-    return total, part
-
-
-# %%
-require_filled(sp_all_reduce)  # names any blank still empty
-
-
-def sp_versus_all_reduce(rank, world_size, t):
-    """sp_all_reduce and dist.all_reduce of the same tensor (rank r adds (r + 1) t): do they
-    agree, and what does each send?"""
-    mine = t * (rank + 1)
-    with count_collectives() as split:
-        total, part = sp_all_reduce(rank, world_size, mine)
-    expected = mine.clone()
-    with count_collectives() as whole:
-        dist.all_reduce(expected)
-    assert torch.allclose(total, expected), f"rank {rank}: the sum"
-    assert torch.allclose(part, expected.chunk(world_size)[rank]), f"rank {rank}: its rows"
-    return split, sum(c.sent for c in whole), tuple(part.shape)
-
-
-t = torch.randn(8, B, D)  # (seq, batch, d)
-for n in (2, 4):
-    split, sent_whole, part_shape = run(sp_versus_all_reduce, t, world_size=n)[0]
-    sent_split = sum(c.sent for c in split)
-    print(f"{n} ranks: {' + '.join(c.name for c in split)} send {sent_split:g} B, the "
-          f"all-reduce {sent_whole:g} B; in between each rank holds {part_shape} of "
-          f"{tuple(t.shape)}")
-    assert sent_split <= sent_whole, "more bytes than one all-reduce"
-print("✓ sp_all_reduce is an all-reduce, within its bytes, with 1/N of the rows in between")
-reveal("sp_all_reduce")
-
-# %% tests="sp_all_reduce_tests" points=1
-# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64: the sum and
-# this rank's rows, against the sum computed here; a length the world size does not divide;
-# what each rank called.
-### BEGIN HIDDEN TESTS
-from autograder.grade_cell import grade
-grade(sp_all_reduce)
-### END HIDDEN TESTS
-
-# %% [markdown] why="sp_all_reduce"
-# **Why.** An all-reduce *is* a reduce-scatter followed by an all-gather (notebook 01's ring
-# does exactly that): the first leaves rank $r$ its positions of the sum, the second stacks
-# every rank's positions. Each sends $\frac{N-1}{N}S$ per rank in a ring: together the
-# all-reduce's $2\frac{N-1}{N}S$. Same bytes, and the activations of the norm region are $N$
-# times smaller.
-#
-# ### The sequence-parallel operators
-#
-# In a sequence-parallel layer, f and g change. Where a tensor-parallel block **begins**, each
-# rank holds only its positions (after the sharded layer norm), but the column-parallel layer
-# needs every position: `enter` gathers them. Where it **ends**, each rank holds a partial sum
-# over every position (after the row-parallel layer), and the sharded region that follows wants
-# only this rank's positions of the sum: `leave` reduce-scatters it (Korthikanti et al. call
-# the two $g$ and $\bar g$). Their forward passes are written for you, with two helpers made of
-# `sp_all_reduce`'s collectives: `gather_rows(t)` returns every rank's `t`, stacked along
-# dimension 0 in rank order; `scatter_rows(t)` returns this rank's rows of the sum of every
-# rank's `t`. **At the end** of each backward, the gradient it returns must be the gradient of
-# the loss (computed once, the same on every rank) with respect to its input, on this rank.
+# (Checked on torch 2.13 with gloo, which runs all five: the older names
+# `dist.reduce_scatter_tensor` and `dist.all_gather_into_tensor` still work but warn
+# "`torch.distributed.reduce_scatter_tensor` is deprecated. Please use
+# `torch.distributed.reduce_scatter_single` instead." and likewise for `all_gather_single`.)
 
 # %%
 def gather_rows(t):
@@ -1073,18 +892,101 @@ def gather_rows(t):
     return out
 
 
-def scatter_rows(t):
-    """This rank's rows of the sum over the ranks of t."""
-    out = t.new_empty((t.shape[0] // dist.get_world_size(), *t.shape[1:]))
-    dist.reduce_scatter_single(out, t.contiguous(), op=dist.ReduceOp.SUM)
-    return out
+# %% solution="rows_of_sum"
+def rows_of_sum(t):
+    """This rank's rows of the sum of t over the ranks, on the default group.
+
+    t: (seq, ...), seq a multiple of the world size. Returns (seq / N, ...): rows
+    rank * seq / N to (rank + 1) * seq / N - 1 of the sum.
+    """
+    world_size = dist.get_world_size()
+    if t.shape[0] % world_size != 0:
+        raise ValueError(f"{t.shape[0]} positions cannot be split evenly over {world_size} "
+                         "ranks")
+    part = t.new_empty((t.shape[0] // world_size, *t.shape[1:]))
+    dist.reduce_scatter_single(part, t)  # BLANK `dist.reduce_scatter_single(part, t)` fill part # ACCEPT `dist.reduce_scatter_single(part, t.contiguous(), op=dist.ReduceOp.SUM)` # REJECT `whole = t.clone(); dist.all_reduce(whole); part.copy_(whole.chunk(world_size)[dist.get_rank()])` `part.copy_(t.chunk(world_size)[dist.get_rank()])` `dist.all_gather_single(part, t.chunk(world_size)[dist.get_rank()].contiguous())`
+    return part
+
+
+# %% [markdown]
+# The check, on 2 and 4 ranks: rank $r$ holds $(r + 1)\,t$; `rows_of_sum`, then `gather_rows`,
+# against `dist.all_reduce` of the same tensor: the values, and the bytes each sends (ring).
+
+# %%
+require_filled(rows_of_sum)  # names any blank still empty
+
+
+def sp_versus_all_reduce(rank, world_size, t):
+    """rows_of_sum then gather_rows, and dist.all_reduce, of the same tensor (rank r adds
+    (r + 1) t): the values, and what each sends."""
+    mine = t * (rank + 1)
+    with count_collectives() as split:
+        part = rows_of_sum(mine)
+        total = gather_rows(part)
+    expected = mine.clone()
+    with count_collectives() as whole:
+        dist.all_reduce(expected)
+    return part, total, expected, split, sum(c.sent for c in whole)
+
+
+t = torch.randn(8, B, D)  # (seq, batch, d)
+for n in (2, 4):
+    for rank, (part, total, expected, split, sent_whole) in enumerate(
+            run(sp_versus_all_reduce, t, world_size=n)):
+        assert torch.allclose(part, expected.chunk(n)[rank], atol=1e-6), \
+            f"{n} ranks: rank {rank}'s rows of the sum"
+        assert torch.allclose(total, expected, atol=1e-6), f"{n} ranks: rank {rank}'s sum"
+        sent_split = sum(c.sent for c in split)
+        assert sent_split <= sent_whole + 1e-9, \
+            f"{n} ranks: the two steps sent {sent_split:g} B, one all-reduce sends {sent_whole:g} B"
+    print(f"{n} ranks: in between each rank holds {tuple(part.shape)} of {tuple(t.shape)}; the "
+          f"two steps send {sent_split:g} B, one all-reduce {sent_whole:g} B")
+print("✓ rows_of_sum and gather_rows give the sum, within one all-reduce's bytes")
+reveal("rows_of_sum")
+
+# %% tests="rows_of_sum_tests" points=1
+# Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64: this rank's
+# rows of the sum, against the sum computed here; a length the world size does not divide;
+# what each rank called, and its bytes.
+### BEGIN HIDDEN TESTS
+from autograder.grade_cell import grade
+grade(rows_of_sum)
+### END HIDDEN TESTS
+
+# %% [markdown] why="rows_of_sum"
+# **Why.** This rank's rows of the sum are a **reduce-scatter**, and an all-reduce *is* a
+# reduce-scatter followed by an all-gather (notebook 01's ring does exactly that): each sends
+# $\frac{N-1}{N}S$ per rank in a ring, together the all-reduce's $2\frac{N-1}{N}S$. Same bytes,
+# and the activations of the norm region are $N$ times smaller. An all-reduce followed by a
+# slice would give the same rows, but it sends the whole all-reduce's bytes *before* the
+# all-gather, and every rank would hold the whole sum where it should hold $\frac{1}{N}$.
+# (`dist.all_to_all_single` and a local sum of the $N$ blocks received is a reduce-scatter
+# written out: it sends the same bytes.)
+
+# %% [markdown]
+# ### The sequence-parallel operators
+#
+# In a sequence-parallel layer, f and g change. Where a tensor-parallel block **begins**, each
+# rank holds only its positions (after the sharded layer norm), but the column-parallel layer
+# needs every position: `enter`'s forward is `gather_rows`. Where it **ends**, each rank holds
+# a partial sum over every position (after the row-parallel layer), and the sharded region
+# that follows wants only this rank's positions of the sum: `leave`'s forward is your
+# `rows_of_sum`. **At the end** of each backward, the gradient it returns must be the gradient
+# of the loss (computed once, the same on every rank) with respect to its input, on this rank.
+# The functions you may use: `gather_rows(t)`, `rows_of_sum(t)`, `all_reduce_sum(t)` (section
+# 4), and `own_rows(t)`, this rank's rows of its own `t`, with no communication.
+
+# %%
+def own_rows(t):
+    """This rank's rows of its own t (no communication)."""
+    return shard(t, dist.get_rank(), dist.get_world_size(), 0).contiguous()
 
 
 # %% solution="sp_f_g"
 def sp_f_g():
     """(enter, leave): the sequence-parallel operators, as autograd Functions on the default
     group."""
-    enter_backward, leave_backward = scatter_rows, gather_rows  # BLANK `enter_backward, leave_backward = scatter_rows, gather_rows` the backward pass of enter, then of leave: two functions of the gradient # ACCEPT `enter_backward, leave_backward = (lambda grad: scatter_rows(grad.clone())), (lambda grad: gather_rows(grad))` # REJECT `enter_backward, leave_backward = gather_rows, scatter_rows` `enter_backward, leave_backward = all_reduce_sum, gather_rows` `enter_backward, leave_backward = scatter_rows, all_reduce_sum` `enter_backward, leave_backward = (lambda grad: grad), (lambda grad: grad)`
+    enter_backward, leave_backward = rows_of_sum, gather_rows  # BLANK `enter_backward, leave_backward = rows_of_sum, gather_rows` the backward pass of enter, then of leave: two functions of the gradient # ACCEPT `enter_backward, leave_backward = (lambda grad: rows_of_sum(grad.clone())), (lambda grad: gather_rows(grad))` # REJECT `enter_backward, leave_backward = gather_rows, rows_of_sum` `enter_backward, leave_backward = own_rows, gather_rows` `enter_backward, leave_backward = rows_of_sum, all_reduce_sum` `enter_backward, leave_backward = (lambda grad: own_rows(all_reduce_sum(grad))), gather_rows` `enter_backward, leave_backward = (lambda grad: grad), (lambda grad: grad)`
 
     class enter(torch.autograd.Function):
         """Where a tensor-parallel block begins."""
@@ -1102,7 +1004,7 @@ def sp_f_g():
 
         @staticmethod
         def forward(ctx, partial):
-            return scatter_rows(partial)
+            return rows_of_sum(partial)
 
         @staticmethod
         def backward(ctx, grad):
@@ -1115,7 +1017,7 @@ def sp_f_g():
 # The check, on 2 ranks: rank $r$'s positions go through `enter`, each rank weighs the
 # gathered rows in its own way, and the block ends in `leave`; the loss is the same on every
 # rank. It compares every gradient with autograd on one process, where the ranks' computations
-# are written out side by side.
+# are written out side by side, and counts the bytes of the backward.
 
 # %%
 require_filled(sp_f_g)  # names any blank still empty
@@ -1125,8 +1027,9 @@ def try_sp_f_g(rank, world_size, parts, weights, grads):
     enter, leave = sp_f_g()
     part = parts[rank].clone().requires_grad_()
     out = leave.apply(enter.apply(part) * weights[rank])  # (s / N, ...)
-    out.backward(grads[rank])
-    return part.grad
+    with count_collectives() as calls:
+        out.backward(grads[rank])
+    return part.grad, sum(c.sent for c in calls)
 
 
 def sp_single_device(parts, weights, grads):
@@ -1144,18 +1047,22 @@ parts = [torch.randn(2, 3, dtype=torch.float64) for _ in range(2)]
 sp_weights = [torch.randn(4, 3, dtype=torch.float64) for _ in range(2)]
 sp_grads = [torch.randn(2, 3, dtype=torch.float64) for _ in range(2)]
 want = sp_single_device(parts, sp_weights, sp_grads)
-for rank, got in enumerate(run(try_sp_f_g, parts, sp_weights, sp_grads, world_size=2)):
+one_all_reduce = 2 * (2 - 1) / 2 * sp_weights[0].nbytes
+for rank, (got, sent) in enumerate(run(try_sp_f_g, parts, sp_weights, sp_grads, world_size=2)):
     print(f"rank {rank}: gradient of its positions, row 0: "
           f"{[round(v, 4) for v in got[0].tolist()]}, one process: "
-          f"{[round(v, 4) for v in want[rank][0].tolist()]}")
+          f"{[round(v, 4) for v in want[rank][0].tolist()]}; the backward sent {sent:g} B")
     assert torch.allclose(got, want[rank]), f"rank {rank}: the gradient of its positions"
-print("✓ enter and leave give the gradients of the loss")
+    assert sent <= one_all_reduce, \
+        f"rank {rank}: the backward sent {sent:g} B, one all-reduce of the block sends " \
+        f"{one_all_reduce:g} B"
+print("✓ enter and leave give the gradients of the loss, within one all-reduce's bytes")
 reveal("sp_f_g")
 
 # %% tests="sp_f_g_tests" points=1
 # Hidden tests (1 point): 1, 2 and 4 ranks, random shapes, float32 and float64: each
 # direction of enter and leave against the values computed here, and what each rank did in
-# each.
+# each (with a correct rows_of_sum, so that a mistake there costs its own point only).
 ### BEGIN HIDDEN TESTS
 # The seeds only describe this pair in words; it is an exercise here (issue 23).
 from autograder.grade_cell import grade
@@ -1165,10 +1072,16 @@ grade(sp_f_g)
 # %% [markdown] why="sp_f_g"
 # **Why.** `enter` hands this rank's positions to every rank's branch, so their gradient is the
 # sum of every rank's gradient for those positions: a **reduce-scatter** (each rank gets its own
-# positions of the sum). `leave` takes each rank's partial sum into every rank's positions of
-# the total with weight 1, so the gradient of a partial sum is every rank's gradient for its
-# own positions, side by side: an **all-gather**. In the backward pass the two again send the
-# bytes of one all-reduce.
+# positions of the sum: `rows_of_sum`). `leave` takes each rank's partial sum into every rank's
+# positions of the total with weight 1, so the gradient of a partial sum is every rank's
+# gradient for its own positions, side by side: an **all-gather** (`gather_rows`). In the
+# backward pass the two again send the bytes of one all-reduce. An all-reduce and a slice would
+# give enter's gradient too, for twice the bytes.
+#
+# Names: Korthikanti et al. call the all-gather at the block's start (`enter`) $g$ and the
+# reduce-scatter at its end (`leave`) $\bar g$. Mind the clash with section 4: there
+# Megatron-LM's (Shoeybi et al.) $g$ is the all-reduce at the block's **end**, and $f$ the one
+# at its start.
 #
 # The pair around the MLP block of a sequence-parallel layer: its input arrives as this rank's
 # positions; layer norm on those; then your `tp_mlp`, with `enter` and `leave` in place of f

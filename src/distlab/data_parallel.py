@@ -191,10 +191,6 @@ def count_bucket_all_reduces(ddp_model) -> list[int]:
 # ---------------------------------------------------------------- pictures
 
 
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.0f} KiB"
-
-
 def overlap_fraction(record: dict) -> float:
     """The share of one rank's all-reduce time that ran while its backward was still running.
     record: {"backward": (start, end), "all_reduces": [(start, end, bytes), ...]}."""
@@ -231,16 +227,13 @@ def show_timeline(records: list, title: str = "one training step"):
         ax.barh(y + 0.2, (w1 - w0) * 1e3, left=(w0 - t0) * 1e3, height=0.4, color="lightgrey",
                 hatch="//", label="waiting for the all-reduces" if rank == 0 else None)
         lane = 0.5 / max(len(record["all_reduces"]), 1)  # one lane per all-reduce: they queue
-        for k, (s, e, nbytes) in enumerate(record["all_reduces"]):
+        for k, (s, e, _nbytes) in enumerate(record["all_reduces"]):
             middle = y - 0.05 - (k + 0.5) * lane
             ax.barh(middle, (e - s) * 1e3, left=(s - t0) * 1e3, height=lane * 0.9,
                     color=colours(k % 10), edgecolor="black", linewidth=0.5)
-            if len(record["all_reduces"]) <= 12:
-                ax.text((e - t0) * 1e3, middle, " " + _size(nbytes), ha="left", va="center",
-                        fontsize=6)
     ax.set_yticks(range(len(records)), [f"rank {r}" for r in reversed(range(len(records)))])
     ax.set_xlabel("ms; below each rank's backward: its all-reduces, from start to finish, "
-                  "one lane each, labelled with their size")
+                  "one lane each")
     ax.set_title(title)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2, fontsize=8)
     fig.tight_layout()

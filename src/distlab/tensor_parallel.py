@@ -12,7 +12,7 @@
     show_comm_table(rows)                # a table of collectives per layer, as a figure
 
 Nothing here computes a parallel layer or says what the ranks must do: the notebook's
-exercises do that, and its cells after each check draw the answer with show_matrices.
+exercises do that.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from distlab.intercept import intercepting
 
 # The bytes one rank sends in a ring implementation, as a fraction of S, the bytes of the whole
 # (reduced or gathered) tensor: a ReduceScatter or an AllGather passes N-1 chunks of S/N; an
-# AllReduce is both; in an AlltoAll a rank keeps 1/N of its input and sends the rest.
+# AllReduce is both; in an AlltoAll a rank keeps 1/N of its input and sends the rest; a
+# Broadcast down a chain passes the whole tensor on.
 RING_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
@@ -39,11 +40,12 @@ RING_FACTOR = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "reduce_scatter_single": lambda n: (n - 1) / n,
     "all_to_all_single": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0 if n > 1 else 0.0,  # a chain: every rank but the last passes S on
 }
 # which argument holds the whole tensor S: a tensor, or a list of the N pieces of it
 WHOLE = {"all_reduce": "tensor", "all_gather": "tensor_list", "all_gather_single": "output_tensor",
          "reduce_scatter": "input_list", "reduce_scatter_single": "input",
-         "all_to_all_single": "input"}
+         "all_to_all_single": "input", "broadcast": "tensor"}
 
 
 @dataclass(frozen=True)

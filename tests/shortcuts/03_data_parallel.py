@@ -1,17 +1,17 @@
 """Shortcuts through notebook 03's blanks (data parallel), and honest answers written otherwise.
 
-Blank numbers as the released cells number them: sync_sgd_step 1 (the averaging block);
+Blank numbers as the released cells number them: sync_sgd_step 1 (the count's all-reduce and
+the loss this rank backpropagates, shards of unequal sizes);
 broadcast_parameters 1 (the whole loop: which tensors, which collective); ddp_train 1-5
 (backend, wrapper, sampler, shuffle, set_epoch: API); DDPIndividualParameters 1 (the hook's
-statement); DDPBucketed 1 (the order), 2 (when a bucket closes), 3 (the hook's `if` block:
-readiness, one tensor, launch); predicted_all_reduces 1 (the prediction); accumulated_step 1
-(the micro-batch's context and loss); ParameterServer 1 (the fixed pull).
+statement), 2 (the finish); DDPBucketed 1 (the order), 2 (when a bucket closes), 3 (the
+hook's `if` block: readiness, one tensor, launch); predicted_all_reduces 1 (the prediction);
+accumulated_step 1 (the micro-batch's context and loss); ParameterServer 1 (the fixed pull).
 """
 
 from shortcuts import Shortcut
 
-GATHER = ("[dist.all_gather(g := [torch.empty_like(p.grad) for _ in range(dist.get_world_size())], "
-          "p.grad), p.grad.copy_(sum(g) / dist.get_world_size())]")
+MEAN = "F.cross_entropy(model(x), y)"
 TORCH_DDP = ('reversed(params) if self.__dict__.setdefault("_torch_ddp", '
              'DDP(module, bucket_cap_mb=bucket_size_mb)) else ()')
 LAUNCH = ("self._in_flight.append((dist.all_reduce(flat, op=dist.ReduceOp.AVG, async_op=True), "
@@ -19,11 +19,18 @@ LAUNCH = ("self._in_flight.append((dist.all_reduce(flat, op=dist.ReduceOp.AVG, a
 LOSS = "(F.cross_entropy(model(x), y) / k).backward()"
 
 SHORTCUTS = [
-    Shortcut("sync_sgd_step", {1: GATHER}, "every rank gathers every gradient", "all-reduce"),
+    Shortcut("sync_sgd_step", {1: f"loss = {MEAN} / dist.get_world_size()"},
+             "the plain mean over the ranks, as if the shards were equal", "shard"),
+    Shortcut("sync_sgd_step", {1: f"loss = {MEAN}"}, "each rank's mean loss as it is", "shard"),
     Shortcut("sync_sgd_step",
-             {1: "dist.reduce(p.grad, dst=0); dist.broadcast(p.grad, src=0); "
-                 "p.grad /= dist.get_world_size()"},
-             "a reduce to rank 0, then a broadcast", "all-reduce"),
+             {1: "sizes = [torch.zeros(1) for _ in range(dist.get_world_size())]; "
+                 "dist.all_gather(sizes, torch.tensor([float(len(y))])); "
+                 f"loss = {MEAN} * (len(y) / sum(sizes))"},
+             "every shard's size gathered", "all-reduce"),
+    Shortcut("sync_sgd_step",
+             {1: f"loss = {MEAN} * len(y) / sum(dist.all_reduce(t := torch.tensor(float(len(y)))) "
+                 "or t for _ in model.parameters())"},
+             "the count all-reduced once per parameter", "one number"),
     Shortcut("broadcast_parameters",
              {1: "for tensor in module.parameters(): dist.broadcast(tensor, src=0)"},
              "the buffers stay apart", "buffer"),
@@ -54,6 +61,11 @@ SHORTCUTS = [
     Shortcut("DDPIndividualParameters",
              {1: "dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, async_op=True)"},
              "the handles dropped, never waited for", "wait"),
+    Shortcut("DDPIndividualParameters", {2: "self._in_flight.clear()"},
+             "the finish drops the handles", "wait"),
+    Shortcut("DDPIndividualParameters",
+             {2: "self._in_flight and self._in_flight.pop().wait(); self._in_flight.clear()"},
+             "the finish waits for the last handle only", "wait"),
     Shortcut("DDPIndividualParameters",
              {1: "self._in_flight.append(dist.all_reduce(param.grad, async_op=True))"},
              "the sum, not the mean", "single-process"),
@@ -114,10 +126,17 @@ SHORTCUTS = [
 ]
 
 HONEST = [
-    Shortcut("sync_sgd_step", {1: "dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)"},
-             "the average in the all-reduce"),
-    Shortcut("sync_sgd_step", {1: "dist.all_reduce(p.grad); p.grad.div_(dist.get_world_size())"},
-             "the default op, an in-place divide"),
+    Shortcut("sync_sgd_step",
+             {1: "n = torch.tensor([len(y)]); dist.all_reduce(n); "
+                 "loss = F.cross_entropy(model(x), y, reduction='sum') / n.item()"},
+             "the summed loss over the all-reduced count"),
+    Shortcut("sync_sgd_step",
+             {1: "total = torch.tensor(float(len(y))); dist.all_reduce(total); "
+                 "loss = F.cross_entropy(model(x), y).mul(len(y)).div(total)"},
+             "the mean scaled by the shard's share"),
+    Shortcut("DDPIndividualParameters",
+             {2: "[work.wait() for work in self._in_flight]; self._in_flight.clear()"},
+             "every handle waited for, then the list cleared"),
     Shortcut("broadcast_parameters",
              {1: "for tensor in module.state_dict().values(): dist.broadcast(tensor, src=0)"},
              "the state dict's tensors"),

@@ -34,13 +34,15 @@ WRONG = {
     "01_collectives": ("ring_allreduce", 2, lambda answer: f"({answer}) + 1"),
     "02_cost_models": ("allreduce_time_halving_doubling", 1,
                        lambda answer: "(n - 1) / n * nbytes"),
-    "03_data_parallel": ("sync_sgd_step", 2, lambda answer: "p.grad /= 2 * world_size"),
-    "04_tensor_parallel": ("column_parallel_forward", 2,
-                           lambda answer: "dist.all_reduce(y_shard)"),
+    "03_data_parallel": ("sync_sgd_step", 1,
+                         lambda answer: answer.replace("(len(y) / total)", "(1 / total)")),
+    "04_tensor_parallel": ("column_parallel_forward", 1,
+                           lambda answer: "dist.all_reduce(y_mine); y = y_mine"),
     "05_pipeline_parallel": ("one_f_one_b_order", 1, lambda answer: "min(S - s, M)"),
     "06_zero": ("model_state_bytes", 1,
                 lambda answer: "(stage >= 2, stage >= 2, stage >= 1)"),
-    "07_hybrid": ("train_2d", 2, lambda answer: "None"),
+    "07_hybrid": ("train_3d", 3, lambda answer: "dist.all_reduce(param.grad); "
+                                                "param.grad /= dist.get_world_size()"),
 }
 KINDS = ("solved", "untouched", "shortcuts")
 progress = [""]  # make grade's output
