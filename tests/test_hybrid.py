@@ -29,17 +29,14 @@ SPLIT = "xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(mi
 def test_a_gradient_averaged_in_the_wrong_group_is_named(wrong, says):
     """Does the bug report's line kept (a gradient all-reduced over the world), or one over the
     TP group, fail with a message that says which group it used and which it should have?"""
-    complaint = fails("train_3d", nb.variant("train_3d", 3, wrong))
+    complaint = fails("train_3d", nb.variant("train_3d", 2, wrong))
     assert says in complaint, complaint
 
 
-def test_a_block_that_multiplies_by_the_whole_weights_fails():
-    """Does a block that keeps whole fc1 and fc2 and skips g (right numbers, no TP) fail on
-    what each rank holds?"""
-    variant = nb.variant_of("TPBlock", {1: "block.fc1.weight, block.fc1.bias, block.fc2.weight, "
-                                           "block.fc2.bias",
-                                        2: "x + F.linear(h, self.w2) + self.b2"})
-    assert "holds parameters of shapes" in fails("TPBlock", variant)
+def test_a_block_that_adds_the_bias_inside_g_fails():
+    """Does fc2's bias added before g (so counted once per TP rank) fail, naming fc2.bias?"""
+    variant = nb.variant("TPBlock", 1, "x + self.g.apply(F.linear(h, self.w2, self.b2))")
+    assert "fc2.bias" in fails("TPBlock", variant)
 
 
 def test_a_replica_counted_from_the_global_rank_fails_in_a_grid_of_two_stages():

@@ -372,6 +372,20 @@ def _all_reduces_by_group(rec):
                                if c["kind"] == "all_reduce")
 
 
+def _check_block_output(where, rank, out, want, block, tp):
+    """The block's output, and the two ways to miss it that are the idea: fc2's bias added
+    before g's sum (so once per TP rank), or g left out (a partial sum taken for the whole)."""
+    import torch
+
+    if out.shape == want.shape and not torch.allclose(out, want, atol=1e-12) and tp > 1:
+        extra = out - want
+        if torch.allclose(extra, (tp - 1) * block.fc2.bias.detach().expand_as(extra), atol=1e-10):
+            raise AssertionError(f"{where}: rank {rank}'s output holds fc2.bias {tp} times, once "
+                                 "per TP rank: whatever a rank adds before g's all-reduce is "
+                                 "summed over the TP group")
+    check_tensor(out, want, where, rank, "the output", "the plain block gives")
+
+
 @exercise
 def TPBlock(cls, rng):  # noqa: N802 - the exercise is named after the learner's class
     import torch
@@ -417,8 +431,7 @@ def TPBlock(cls, rng):  # noqa: N802 - the exercise is named after the learner's
                                          f"{held}; TP rank {t} of {tp} holds {wanted}: its rows "
                                          "of fc1 (and of its bias), its columns of fc2, the "
                                          "LayerNorm and fc2's bias whole")
-                check_tensor(got["out"], want.detach(), where, rank, "the output",
-                             "the plain block gives")
+                _check_block_output(where, rank, got["out"], want.detach(), block, tp)
                 if got["x_grad"] is None:
                     raise AssertionError(f"{where}: rank {rank}'s input got no gradient")
                 check_tensor(got["x_grad"], x.grad, where, rank, "the input's gradient",

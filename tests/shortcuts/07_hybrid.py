@@ -1,9 +1,9 @@
 """Shortcuts of notebook 07 (DP x TP x PP): blank fills that earn the values without the idea
 (every TP rank computing the whole block, a replica counted from the global rank, gradients
-averaged over the world, blocks left as FSDP roots, no gradient back through the pipeline,
+averaged over the world or the TP group, blocks left as FSDP roots, fc2's bias inside g,
 the tied weight's gradients summed over the wrong ranks, the replicated parameters divided by
 TP, ZeRO-1 ignored, the fewest stages before the least
-model parallelism), and correct answers written otherwise."""
+model parallelism, ties left to row order), and correct answers written otherwise."""
 
 from shortcuts import Shortcut
 
@@ -11,17 +11,14 @@ R = "xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_
 TP = 'dist.get_world_size(groups["tp"])'
 
 SHORTCUTS = [
-    Shortcut("TPBlock", {1: "block.fc1.weight, block.fc1.bias, block.fc2.weight, block.fc2.bias",
-                         2: "x + F.linear(h, self.w2) + self.b2"},
-             "every TP rank computes the whole block", "holds parameters of shapes"),
-    Shortcut("TPBlock", {2: "x + self.g.apply(F.linear(h, self.w2, self.b2)) - "
+    Shortcut("TPBlock", {1: "x + F.linear(h, self.w2) + self.b2"},
+             "g left out: each rank's partial sum taken for the whole", "the output"),
+    Shortcut("TPBlock", {1: "x + self.g.apply(F.linear(h, self.w2, self.b2))"},
+             "fc2's bias added before g, so once per TP rank", "fc2.bias"),
+    Shortcut("TPBlock", {1: "x + self.g.apply(F.linear(h, self.w2, self.b2)) - "
                             "(dist.get_world_size() - 1) * self.b2"},
              "fc2's bias added on every rank, then taken off the world's count", "fc2.bias"),
-    Shortcut("TPBlock", {1: "block.fc1.weight[part], block.fc1.bias[part], "
-                            "block.fc2.weight[:, part], block.fc2.bias / n",
-                         2: "x + self.g.apply(F.linear(h, self.w2, self.b2))"},
-             "fc2's bias split n ways so that g's sum makes it whole", "fc2.bias"),
-    Shortcut("train_3d", {3: "dist.all_reduce(param.grad); param.grad /= dist.get_world_size()"},
+    Shortcut("train_3d", {2: "dist.all_reduce(param.grad); param.grad /= dist.get_world_size()"},
              "the bug report's line kept: gradients averaged over the world", "world"),
     Shortcut("train_3d", {1: "d, n_d = 0, 1; " + R}, "every replica trains on the whole batch",
              "DP group"),
@@ -33,10 +30,9 @@ SHORTCUTS = [
                                       "backward", "root"),
     Shortcut("shard_2d", {1: '{"fc1": RowwiseParallel(), "fc2": ColwiseParallel()}'},
              "the two linears' splits swapped", "features"),
-    Shortcut("train_3d", {2: "dist.send(torch.zeros_like(inputs[m]), pipeline[p - 1])"},
-             "no gradient goes back to the earlier stages", "single-process SGD"),
-    Shortcut("train_3d", {2: "dist.send(inputs[m].detach(), pipeline[p - 1])"},
-             "the activation sent back instead of its gradient", "single-process SGD"),
+    Shortcut("train_3d", {2: 'dist.all_reduce(param.grad, group=groups["tp"]); '
+                          'param.grad /= n_d'},
+             "the gradient averaged over the TP group (a grid with TP > 1)", "in its TP group"),
     Shortcut("tied_groups", {1: "[[g[0] for g in group_ranks(shape, 0)] + "
                                 "[g[-1] for g in group_ranks(shape, 0)]]"},
              "every first- and last-stage rank in one group", "other copy of its own pipeline"),
@@ -52,16 +48,18 @@ SHORTCUTS = [
     Shortcut("choose_layout", {1: "lambda layout: (layout[2], -layout[1])"},
              "the fewest stages first, TP widened even where no model parallelism is needed",
              "model parallelism"),
+    Shortcut("choose_layout", {1: "lambda layout: layout[1] * layout[2]"},
+             "the least model parallelism, ties left to the order of the rows",
+             "fewer pipeline stages"),
 ]
 
 HONEST = [
     Shortcut("group_ranks", {1: "tuple(c for i, c in enumerate(coords) if i != dim)"},
              "the other coordinates, by enumerate"),
-    Shortcut("TPBlock", {1: "block.fc1.weight[part, :], block.fc1.bias[part], "
-                            "block.fc2.weight.T[part].T, block.fc2.bias"},
-             "the parts taken otherwise"),
+    Shortcut("TPBlock", {1: "x + self.b2 + self.g.apply(F.linear(h, self.w2))"},
+             "the bias first"),
     Shortcut("train_3d", {1: 'd, n_d = groups["dp"].rank(), groups["dp"].size(); ' + R,
-                          3: 'dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, '
+                          2: 'dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, '
                              'group=groups.get("dp"))'},
              "the group's own rank and size methods, the average by ReduceOp.AVG"),
     Shortcut("shard_2d", {1: 'dict(fc2=RowwiseParallel(), fc1=ColwiseParallel())',

@@ -39,9 +39,8 @@ WRONG = {
     "04_tensor_parallel": ("column_parallel_forward", 1,
                            lambda answer: "dist.all_reduce(y_mine); y = y_mine"),
     "05_pipeline_parallel": ("one_f_one_b_order", 1, lambda answer: "min(S - s, M)"),
-    "06_zero": ("model_state_bytes", 1,
-                lambda answer: "(stage >= 2, stage >= 2, stage >= 1)"),
-    "07_hybrid": ("train_3d", 3, lambda answer: "dist.all_reduce(param.grad); "
+    "06_zero": ("fewest_gpus", 1, lambda answer: "math.ceil(shared / budget)"),
+    "07_hybrid": ("train_3d", 2, lambda answer: "dist.all_reduce(param.grad); "
                                                 "param.grad /= dist.get_world_size()"),
 }
 KINDS = ("solved", "untouched", "shortcuts")
