@@ -104,6 +104,19 @@ def test_a_broken_one_f_one_b_does_not_cost_zb_h1():
     assert fails_quietly("zb_h1_order", broken) == ""
 
 
+def test_gpipe_table_takes_the_backward_phase_in_any_order_as_early():
+    """Review round 2: the rules fix the forward order only; in the backward phase micro-batch
+    M - 1 first is as early as 0 first. Does the hidden test accept that table (it checks
+    dependencies and earliest starts, not cells)?"""
+    def reversed_backward(S, M):
+        table, ratio = reference.reference("gpipe_table")(S, M)
+        steps = M + S - 1
+        return [row[:steps] + [a and (a[0], "B", M - 1 - a[2]) for a in row[steps:]]
+                for row in table], ratio
+
+    assert fails_quietly("gpipe_table", reversed_backward) == ""
+
+
 # ---------------------------------------------------------------- the numbers of the notebook
 
 

@@ -401,6 +401,23 @@ def _two_flushes(S: int, M: int) -> list:
             + [(s, "F", M - 1), (s, "B", M - 1)] for s in range(S)]
 
 
+def _check_messages(where: str, rank: int, S: int, order: list, measured: dict) -> None:
+    """Rank `rank`'s sends and receives against what its actions make, in order."""
+    want_calls, calls = _messages(rank, S, order[rank]), measured["calls"]
+    if calls != want_calls:
+        at = next((i for i, (a, b) in enumerate(zip(calls, want_calls, strict=False))
+                   if a != b),
+                  min(len(calls), len(want_calls)))
+        got_call = "nothing" if at >= len(calls) else "a {} of {} B with rank {}".format(
+            *calls[at])
+        want_call = "nothing" if at >= len(want_calls) else \
+            "a {} of {} B with rank {}".format(*want_calls[at])
+        raise AssertionError(f"{where}: rank {rank}'s message {at + 1} is {got_call}, "
+                             f"but running its actions in order it is {want_call} "
+                             f"({len(calls)} sends and receives, expected "
+                             f"{len(want_calls)})")
+
+
 def _stage_verdict(S: int, cases: list, results: list) -> None:
     import torch
     import torch.nn.functional as F
@@ -410,6 +427,9 @@ def _stage_verdict(S: int, cases: list, results: list) -> None:
     for index, (name, order, M, seed) in enumerate(cases):
         where = f"world_size={S}, {name} order, M={M}"
         entries = [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
+        for rank, entry in enumerate(entries):  # the ranks that finished first: a wrong message
+            if entry[0] == "ok":  # there names the mistake, where a peer left waiting only broke
+                _check_messages(where, rank, S, order, entry[1][2])
         first_rank_failure(where, entries)
         model = _stage_model(seed, S)
         x, y = _stage_batch(seed, M)
@@ -427,19 +447,7 @@ def _stage_verdict(S: int, cases: list, results: list) -> None:
             if rank == S - 1:
                 check_close(got_losses, losses, f"{where}, rank {rank}", "the losses",
                             rtol=1e-5, atol=1e-6)
-            want_calls, calls = _messages(rank, S, order[rank]), measured["calls"]
-            if calls != want_calls:
-                at = next((i for i, (a, b) in enumerate(zip(calls, want_calls, strict=False))
-                           if a != b),
-                          min(len(calls), len(want_calls)))
-                got_call = "nothing" if at >= len(calls) else "a {} of {} B with rank {}".format(
-                    *calls[at])
-                want_call = "nothing" if at >= len(want_calls) else \
-                    "a {} of {} B with rank {}".format(*want_calls[at])
-                raise AssertionError(f"{where}: rank {rank}'s message {at + 1} is {got_call}, "
-                                     f"but running its actions in order it is {want_call} "
-                                     f"({len(calls)} sends and receives, expected "
-                                     f"{len(want_calls)})")
+            _check_messages(where, rank, S, order, measured)
             if measured["held"] != peaks[rank]:
                 raise AssertionError(f"{where}: rank {rank} held the activations of up to "
                                      f"{measured['held']} micro-batches at once (counted from "

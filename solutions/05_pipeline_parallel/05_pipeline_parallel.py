@@ -69,7 +69,9 @@ show_gantt(one_batch, name="unsplit batch on 4 stages")
 # 0, 1, 2, ...; a forward on stage $s$ needs that micro-batch's forward on stage $s - 1$ done
 # at an earlier step, a backward on stage $s$ needs its backward on stage $s + 1$ (the loss,
 # and so the first gradient, comes out of the last stage); everything runs as early as these
-# rules allow. Each phase lasts $M + S - 1$ steps (given). The situation for $S = 3$, step 1
+# rules allow. In the backward phase the rules leave the order of the micro-batches open: any
+# order they allow that runs everything as early is right. Each phase lasts $M + S - 1$ steps
+# (given). The situation for $S = 3$, step 1
 # of the forward phase, $M = 2$:
 #
 # ```
@@ -242,6 +244,16 @@ def one_f_one_b_order(num_stages, num_microbatches):
 
 
 # %%
+def one_forward_fewer(order, s):
+    """`order` with stage s's first backward run one action earlier (None if it cannot be)."""
+    actions = list(order[s])
+    i = next(i for i, a in enumerate(actions) if a[1] == "B")
+    if i == 0 or actions[i - 1][1] != "F" or actions[i - 1][2] == actions[i][2]:
+        return None
+    actions[i - 1], actions[i] = actions[i], actions[i - 1]
+    return order[:s] + [actions] + order[s + 1:]
+
+
 for S, M in ((4, 6), (4, 8), (4, 2), (1, 3), (5, 5)):
     order = one_f_one_b_order(S, M)
     timeline = simulate(order)  # raises if an action is missing or the ranks would deadlock
@@ -250,9 +262,16 @@ for S, M in ((4, 6), (4, 8), (4, 2), (1, 3), (5, 5)):
     print(f"S={S}, M={M}: bubble {timeline.bubble:.1%} (GPipe {gpipe.bubble:.1%}), "
           f"in flight per stage {list(peaks.values())}")
     assert timeline.makespan == gpipe.makespan, "1F1B should take as long as GPipe"
-    assert max(peaks.values()) <= min(S, M), f"S={S}, M={M}: more in flight than needed"
+    for s in range(S):  # one forward fewer before the first backward: slower, or no fewer held?
+        fewer = one_forward_fewer(order, s)
+        try:
+            faster = fewer is not None and simulate(fewer).makespan <= timeline.makespan
+        except Exception:  # the simulator's ScheduleError: that order would deadlock
+            faster = False
+        assert not (faster and peak_in_flight(fewer)[s] < peaks[s]), \
+            f"S={S}, M={M}: stage {s} could hold fewer micro-batches and take no longer"
 print("\n" + text_gantt(one_f_one_b_order(4, 6)))
-print("✓ 1F1B: the bubble of GPipe, fewer micro-batches in flight")
+print("✓ 1F1B: the bubble of GPipe, each stage holding as few micro-batches as that allows")
 reveal("one_f_one_b_order")
 
 # %% tests="one_f_one_b_order_tests" points=1
@@ -269,7 +288,9 @@ grade(one_f_one_b_order)
 # until then, and no forward more, since every extra forward is one more micro-batch held.
 # Same length, same bubble; what changed is the memory. Move the sliders: GPipe holds all $M$
 # micro-batches on every stage, 1F1B at most $S$ whatever $M$ is (the in-flight counts the
-# check printed).
+# check printed). A stage near the end needs fewer forwards in flight because its gradients
+# come back sooner: the last stage computes the loss itself. With $M < S$ the first stages
+# warm up with every forward, as GPipe, while the last ones still alternate.
 
 # %%
 show_schedules({"GPipe": gpipe_order, "1F1B": one_f_one_b_order}, S=4, M=8)
@@ -425,12 +446,14 @@ grade(run_stage)
 
 # %% [markdown] why="run_stage"
 # **Why.** A stage's backward turns the gradient of its output into the gradient of its input
-# and of its weights. For $y = \tanh(xW^\top + b)$, the weight gradient is
-# $\partial L/\partial W = (\partial L/\partial z)^\top x$: it needs the **input** $x$ that the
-# forward received, not only the output. That is the memory the schedules above count in
-# "micro-batches in flight", and the hidden tests measure it from what autograd saved while
-# your stage ran: a rank that keeps a micro-batch past its backward holds GPipe's memory
-# whatever order it runs.
+# and of its weights. It starts from the output $y$: `y.backward(grad)` walks $y$'s graph,
+# which holds what autograd saved in the forward (for $y = \tanh(xW^\top + b)$, the input $x$
+# for the weight gradient and $\tanh$'s output). The stage keeps $x$ itself for another
+# reason: $x$ is a leaf made by the stage, and `x.grad`, the gradient it sends back to the
+# previous rank, can only be read through it. What $y$'s graph keeps is the memory the
+# schedules above count in "micro-batches in flight", and the hidden tests measure it from
+# what autograd saved while your stage ran: a rank that keeps a micro-batch past its backward
+# holds GPipe's memory whatever order it runs.
 
 # %% [markdown]
 # ## 6. Interleaved 1F1B: several chunks per rank
@@ -438,8 +461,10 @@ grade(run_stage)
 # Cut the model into $vS$ stages instead of $S$, and give rank $r$ the $v$ **chunks**
 # $r, r + S, r + 2S, \dots$ (Megatron-LM's interleaved schedule, Narayanan et al., 2021): a
 # micro-batch visits every rank $v$ times, each visit $1/v$ of a stage's work. The
-# micro-batches go in **rounds** of about $S$ (as `np.array_split` cuts them: sizes that differ
-# by at most one, the larger first), and each rank runs a round's forwards on its chunk 0,
+# micro-batches go in $\max(1, \lfloor M/S \rfloor)$ **rounds**, cut by `np.array_split`
+# (sizes that differ by at most one, the larger first): rounds of $S$ when $S$ divides $M$, one
+# round of 7 for $S = 4$, $M = 7$, one round of all $M$ when $M < S$. Each rank runs a round's
+# forwards on its chunk 0,
 # then on its chunk 1, and so on: rank 0's forwards for $S = 4$, $M = 8$, $v = 2$ are
 # micro-batches 0-3 on stage 0, 0-3 on stage 4, 4-7 on stage 0, 4-7 on stage 4. The first
 # time units of every rank (`F3:1` is micro-batch 3 on the rank's chunk 1, here stage $4 + r$;
@@ -516,8 +541,9 @@ grade(interleaved_order)
 # visits every rank $v$ times, each visit $1/v$ as long, so the pipeline fills and drains $v$
 # times faster: the bubble is $\frac{S-1}{vM}$ of the ideal time ($\frac{S-1}{vM + S - 1}$ of
 # the total) where 1F1B's is $\frac{S-1}{M}$. The price is messages: every micro-batch crosses
-# $vS - 1$ stage boundaries instead of $S - 1$, $\frac{vS-1}{S-1}$ times the messages (the check
-# prints 2.33x for $S = 4$, $v = 2$ and 5x for $v = 4$).
+# $vS - 1$ stage boundaries instead of $S - 1$: the simulator counts $\frac{vS-1}{S-1}$ times
+# the point-to-point messages (the check prints 2.33x for $S = 4$, $v = 2$ and 5x for $v = 4$);
+# Narayanan et al. (2021) round this to $v$ times the communication.
 #
 # Megatron-LM (`schedules.py`, `forward_backward_pipelining_with_interleaving`) warms up with
 # more than the minimum: at $S = 4$, $M = 8$, $v = 2$, ranks 0-3 run 10, 8, 6 and 4 forwards
@@ -563,11 +589,11 @@ print(text_gantt(split_at_once(one_f_one_b_order(4, 4)), ZB_COSTS))
 
 # %% [markdown]
 # **ZB-H1** keeps some W's waiting instead. Start from the 1F1B order; after each B its W joins
-# a queue of waiting weight gradients; after a B a stage may run the oldest waiting W, but
-# only while it still keeps enough waiting to fill the time it would idle at its end (read it
-# off the chart above); at the end it runs all the W's still waiting. Keep no more than that:
-# a waiting W holds its micro-batch's activations (the input of its layers, and the gradient
-# its B received) until it runs.
+# a queue of waiting weight gradients; after a B a stage may run its oldest waiting W or keep
+# it; at the end it runs all the W's still waiting. The budget: the step must end as early as
+# any placement of the W's allows (for $M \ge S$ the check expects $3M + S - 1$), holding as
+# few activations as that allows: a waiting W holds its micro-batch's activations (the input of
+# its layers, and the gradient its B received) until it runs.
 
 # %% solution="zb_h1_order"
 def zb_h1_order(num_stages, num_microbatches):
@@ -610,7 +636,9 @@ grade(zb_h1_order)
 # %% [markdown] why="zb_h1_order"
 # **Why.** The end of a flushed pipeline drains: the last gradient still has to travel up to
 # rank 0 after the later ranks are done, and the weight gradients, which nobody downstream
-# waits for, can run in that time instead of before it. Writing B for the input-gradient part
+# waits for, can run in that time instead of before it. Rank $s$ idles $s$ steps at its end in
+# the chart above (one B step for each rank before it), so it keeps $s$ W's waiting: after a
+# B it runs the oldest only while more than $s$ wait. Writing B for the input-gradient part
 # and W for the weight-gradient part (a whole backward is $B + W$), 1F1B idles
 # $(S-1)(F+B+W)$ per rank and ZB-H1 $(S-1)(F+B-W)$ when $M \ge S$ (Qi et al., 2024): with F,
 # B and W one step each, a third (the check's idle per rank). With fewer micro-batches the
@@ -709,10 +737,9 @@ grade(pipelining_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# `Schedule1F1B` refuses fewer micro-batches than stages (its code assumes every stage gets
-# to the steady state), as the cell below shows with $M = 1$ on 2 ranks; `ScheduleGPipe`
-# accepts any number. Your `one_f_one_b_order` accepts any number too: with $M < S$ its first
-# stages warm up with every forward, as GPipe, while the last ones still alternate.
+# `Schedule1F1B` (torch 2.13) refuses fewer micro-batches than stages, as the cell below shows
+# with $M = 1$ on 2 ranks; `ScheduleGPipe` accepts any number. Your `one_f_one_b_order`
+# accepts any number too (its last stage, for $S = 4$, $M = 2$, below).
 
 # %%
 print("1F1B, S=4, M=2, stage 3:", one_f_one_b_order(4, 2)[3])
@@ -720,13 +747,15 @@ try:
     run(torch_pipeline, "1F1B", 1, world_size=2)
 except Exception as err:  # the ranks' ValueError, reported by run
     print(str(err).splitlines()[0])
+else:
+    raise AssertionError("Schedule1F1B accepted M=1 on 2 ranks")
 
 # %% [markdown]
 # ## 9. Activation checkpointing: memory for time
 #
 # Everything autograd keeps for the backward stays in memory from the forward to the
 # backward: the activations that 1F1B keeps few of. What does it keep? What each operation's
-# backward needs to compute its gradients (section 5's stage kept its input for this reason).
+# backward needs to compute its gradients.
 # **Activation checkpointing** (gradient checkpointing, Chen et al., 2016) keeps less: a
 # checkpointed piece of the model keeps only what the `checkpoint` call was given, and its
 # backward first runs the piece's forward again to get back the rest. Less memory, one more
@@ -897,10 +926,8 @@ show_bars(["without", "every block checkpointed"], {"MiB saved for backward": [
 # * The flushed schedules, GPipe and 1F1B, idle $S-1$ steps per phase: $\frac{S-1}{M+S-1}$
 #   of the total time, $\frac{S-1}{M}$ of the ideal time. More micro-batches, smaller bubble.
 # * GPipe holds all $M$ micro-batches' activations; 1F1B, with the same bubble, at most $S$.
-#   Ask yourself: why does a stage near the end of the pipeline need fewer forwards in flight
-#   than one near the start?
-# * A stage on its own rank: which tensors must live from a forward to its backward, and why is
-#   the output alone not enough?
+# * A stage on its own rank receives, keeps and sends back one micro-batch's tensors per
+#   action, and what it keeps from a forward to its backward is the memory a schedule counts.
 # * Interleaving $v$ chunks per rank divides the bubble by $v$ for $\frac{vS-1}{S-1}$ times
 #   the messages; splitting the backward into B and W lets the weight gradients run while the
 #   pipeline drains (ZB-H1: a third of 1F1B's idle time when F, B and W cost the same and
