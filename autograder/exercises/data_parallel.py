@@ -333,6 +333,12 @@ def _wrapper_case(rank, m, cls, case):
         ddp = cls(model, *extra)
         if getattr(ddp, "module", None) is not model:
             raise AttributeError("the wrapper's .module is not the model it was given")
+        position = {id(p): i for i, p in enumerate(q for q in model.parameters()
+                                                     if q.requires_grad)}
+        try:  # the buckets as positions among the trainable parameters, if it has buckets
+            buckets = [[position.get(id(p), -1) for p in b] for b in ddp.buckets]
+        except Exception:  # noqa: BLE001 - none, or not lists of parameters
+            buckets = None
         optimizer = _Optimizer(case["optimizer"], model.parameters(), case["lr"])
         for xs, ys in case["batches"]:
             if hasattr(ddp, "on_train_batch_start"):
@@ -356,7 +362,7 @@ def _wrapper_case(rank, m, cls, case):
             steps.append({"params": [p.detach().clone() for p in model.parameters()],
                           "sent": rec.summary(), "in_forward": forward,
                           "during_backward": started, "blocked": blocked,
-                          "unwaited": unwaited,
+                          "unwaited": unwaited, "buckets": buckets,
                           "torch_ddp": _torch_ddp_alive(model)})
     return steps
 
@@ -640,6 +646,33 @@ def _bucket_numels(numels: list[int], limit_bytes: float, itemsize: int = 8) -> 
     return buckets + ([current] if current else [])
 
 
+def _check_boundaries(buckets, spec: dict, limit_bytes: float, where: str) -> None:
+    """A rank's buckets (positions among the case's trainable parameters, model order) against
+    the rule of section 3c, bucket by bucket: every parameter once, backward's order, no
+    bucket that could have closed earlier, none closed before it reached the cap."""
+    numels = _trainable_numels(spec)
+    if buckets is None:
+        raise AssertionError(f"{where}: self.buckets is not a list of lists of the model's "
+                             "parameters")
+    flat = [i for bucket in buckets for i in bucket]
+    if sorted(flat) != list(range(len(numels))) or not all(buckets):
+        raise AssertionError(f"{where}: fill_buckets' buckets do not hold every trainable "
+                             "parameter exactly once")
+    if flat != list(range(len(numels)))[::-1]:
+        raise AssertionError(f"{where}: fill_buckets' parameters, bucket after bucket, are "
+                             "not in the order backward makes the gradients ready (3a), so a "
+                             "bucket waits for gradients that come late")
+    for number, bucket in enumerate(buckets):
+        size = 8 * sum(numels[i] for i in bucket)  # float64
+        if size - 8 * numels[bucket[-1]] >= limit_bytes:
+            raise AssertionError(f"{where}: bucket {number} holds {len(bucket)} parameters; "
+                                 "without its last one it already held the cap: it is larger "
+                                 "than it needs to be, and its all-reduce goes later")
+        if size < limit_bytes and number < len(buckets) - 1:
+            raise AssertionError(f"{where}: bucket {number} holds less than the cap and is not "
+                                 "the last: more all-reduces (more alphas) than needed")
+
+
 def _telling_limit(numels: list[int], rng) -> float | None:
     """A bucket limit (bytes) under which buckets filled first-to-last would differ from
     last-to-first, or None."""
@@ -675,6 +708,8 @@ def _wrapper_cases(rng, buckets: bool) -> list:
 
 
 def _check_wrapper(cls, rng, buckets: bool) -> None:
+    import torch
+
     from distlab import require_filled
 
     require_filled(cls)
@@ -691,10 +726,22 @@ def _check_wrapper(cls, rng, buckets: bool) -> None:
         numels = _trainable_numels(spec)
         expected = sorted(_bucket_numels(numels, case["bucket_mb"] * 2**20) if buckets
                           else numels)
+        if buckets:  # the boundaries first: they name the idea
+            _check_boundaries(entries[0][1][0]["buckets"], spec, case["bucket_mb"] * 2**20,
+                              where)
         for rank, (_, steps) in enumerate(entries):  # the idea first: it names what is wrong
             for step, record in enumerate(steps):
                 _check_step_communication(record, expected, buckets, m,
                                           f"{where}, step {step + 1}: rank {rank}")
+        for step in range(len(oracle)):  # apart from each other: the results never landed
+            first = entries[0][1][step]["params"]
+            for rank, (_, steps) in enumerate(entries[1:], start=1):
+                if any(not torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+                       for a, b in zip(first, steps[step]["params"], strict=False)):
+                    raise AssertionError(f"{where}, step {step + 1}: ranks 0 and {rank} hold "
+                                         "different weights after the step: the optimizer "
+                                         "read gradients other than the all-reduced ones (the "
+                                         "result must get back into every .grad)")
         for step, want in enumerate(oracle):
             here = f"{where}, step {step + 1}"
             for rank, (_, steps) in enumerate(entries):

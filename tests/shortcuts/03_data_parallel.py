@@ -4,18 +4,31 @@ Blank numbers as the released cells number them: sync_sgd_step 1 (the count's al
 the loss this rank backpropagates, shards of unequal sizes);
 broadcast_parameters 1 (the whole loop: which tensors, which collective); ddp_train 1-5
 (backend, wrapper, sampler, shuffle, set_epoch: API); DDPIndividualParameters 1 (the hook's
-statement), 2 (the finish); DDPBucketed 1 (the order), 2 (when a bucket closes), 3 (the
-hook's `if` block: readiness, one tensor, launch); predicted_all_reduces 1 (the prediction);
+statement), 2 (the finish); DDPBucketed 1 (fill_buckets' whole body: order and close), 2 (the
+hook's launch: completeness, one tensor, asynchronous), 3 (the finish: wait, copy back);
+predicted_all_reduces 1 (the prediction);
 accumulated_step 1 (the micro-batch's context and loss); ParameterServer 1 (the fixed pull).
 """
 
 from shortcuts import Shortcut
 
 MEAN = "F.cross_entropy(model(x), y)"
-TORCH_DDP = ('reversed(params) if self.__dict__.setdefault("_torch_ddp", '
-             'DDP(module, bucket_cap_mb=bucket_size_mb)) else ()')
-LAUNCH = ("self._in_flight.append((dist.all_reduce(flat, op=dist.ReduceOp.AVG, async_op=True), "
-          "bucket, flat))")
+FILL = """buckets, bucket, size = [], [], 0
+for p in {order}:
+    bucket.append(p)
+    size += p.numel() * p.element_size()
+    if size {close} cap_bytes:
+        buckets.append(bucket)
+        bucket, size = [], 0
+return buckets + ([bucket] if bucket else [])"""
+COUNT = "if self._step.setdefault(index, []).append(param) or len(self._step[index]) == len(bucket)"
+FLAT = "flat = torch.cat([q.grad.flatten() for q in bucket])"
+LAUNCH = "self._step[index] = (dist.all_reduce(flat, op=dist.ReduceOp.AVG, async_op=True), flat)"
+FINISH = """for index, bucket in enumerate(self.buckets):
+    work, flat = self._step[index]
+    {wait}
+    for q, piece in zip(bucket, flat.split([r.numel() for r in bucket])):
+        {copy}"""
 LOSS = "(F.cross_entropy(model(x), y) / k).backward()"
 
 SHORTCUTS = [
@@ -74,36 +87,37 @@ SHORTCUTS = [
                  'self._in_flight.append(dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, '
                  'async_op=True))'},
              "PyTorch's DDP alongside", "DistributedDataParallel"),
+    Shortcut("DDPBucketed", {1: "return [[p] for p in reversed(params)]"},
+             "one bucket per parameter", "more all-reduces"),
+    Shortcut("DDPBucketed", {1: FILL.format(order="params", close=">=")},
+             "buckets filled in forward order", "order backward"),
+    Shortcut("DDPBucketed", {1: "return [list(reversed(params))]"},
+             "the whole model in one bucket", "larger than it needs"),
+    Shortcut("DDPBucketed", {1: FILL.format(order="reversed(params)", close=">")},
+             "a bucket that reaches the cap exactly stays open", "larger than it needs"),
     Shortcut("DDPBucketed",
-             {3: "if True: self._in_flight.append((dist.all_reduce(param.grad, "
-                 "op=dist.ReduceOp.AVG, async_op=True), [param], param.grad.view(-1)))"},
-             "one message per parameter", "bucket"),
-    Shortcut("DDPBucketed", {1: "params"}, "buckets in forward order", "order backward"),
+             {1: FILL.format(order="reversed(params)", close=">=").replace(
+                 "size += p.numel() * p.element_size()", "size += p.numel()")},
+             "the cap counted in elements, not bytes", "bucket"),
     Shortcut("DDPBucketed",
-             {2: "if size > limit: self.buckets.append(bucket); bucket, size = [], 0"},
-             "a bucket that reaches the cap exactly stays open", "bucket"),
+             {2: "if True: flat = torch.cat([q.grad.flatten() if q.grad is not None else "
+                 "torch.zeros(q.numel(), dtype=q.dtype) for q in bucket]); " + LAUNCH},
+             "a bucket launched before it is complete", "bucket"),
     Shortcut("DDPBucketed",
-             {2: "if size + p.numel() * p.element_size() >= limit: self.buckets.append(bucket); "
-                 "bucket, size = [], 0"},
-             "the cap counted twice for the last parameter", "bucket"),
-    Shortcut("DDPBucketed",
-             {3: "if self._arrived[index] == len(bucket): "
-                 "flat = torch.cat([q.grad.flatten() for q in bucket]); "
-                 "dist.all_reduce(flat, op=dist.ReduceOp.AVG); "
-                 "self._in_flight.append((__import__('types').SimpleNamespace("
-                 "wait=lambda: None), bucket, flat))"},
+             {2: f"{COUNT}: {FLAT}; dist.all_reduce(flat, op=dist.ReduceOp.AVG); "
+                 "self._step[index] = (__import__('types').SimpleNamespace(wait=lambda: None), "
+                 "flat)"},
              "each bucket all-reduced blocking in the hook", "overlap"),
     Shortcut("DDPBucketed",
-             {3: "if self._arrived[index] == len(bucket): "
-                 "flat = torch.cat([q.grad.flatten() for q in bucket]); "
-                 "dist.all_reduce(flat, op=dist.ReduceOp.AVG, async_op=True)"},
-             "the handles dropped, never waited for", "wait"),
-    Shortcut("DDPBucketed", {1: TORCH_DDP}, "PyTorch's DDP built inside",
-             "DistributedDataParallel"),
+             {3: FINISH.format(wait="work.wait()", copy="pass")},
+             "the copy-back missing", ".grad"),
     Shortcut("DDPBucketed",
-             {3: "if True: flat = torch.cat([q.grad.flatten() if q.grad is not None else "
-                 "torch.zeros(q.numel(), dtype=q.dtype) for q in bucket]); " + LAUNCH},
-             "a bucket sent at every gradient", "bucket"),
+             {3: FINISH.format(wait="pass", copy="q.grad.copy_(piece.view_as(q.grad))")},
+             "the handles never waited for", "wait"),
+    Shortcut("DDPBucketed",
+             {2: 'self.__dict__.setdefault("_torch_ddp", DDP(self.module, init_sync=False))\n'
+                 f"{COUNT}: {FLAT}; {LAUNCH}"},
+             "PyTorch's DDP built inside", "DistributedDataParallel"),
     Shortcut("predicted_all_reduces",
              {1: "[p.numel() for p in __import__('distlab.data_parallel', fromlist=['mlp'])"
                  ".mlp((256, 1024, 1024, 1024, 10)).parameters()]"},
@@ -155,18 +169,25 @@ HONEST = [
                  "self._in_flight.append(dist.all_reduce(param.grad, async_op=True))"},
              "divided first, then summed"),
     Shortcut("DDPBucketed",
-             {1: "params[::-1]",
-              2: "if not size < limit: self.buckets += [bucket]; bucket, size = [], 0",
-              3: "if self._arrived[index] == len(self.buckets[index]): "
+             {1: FILL.format(order="params[::-1]", close=">="),
+              2: "if self._step.setdefault(index, set()).add(param) or "
+                 "self._step[index] == set(bucket): "
                  "flat = torch._utils._flatten_dense_tensors([q.grad for q in bucket]); "
                  + LAUNCH},
-             "another way to reverse, close, flatten"),
+             "a loop with running size; the arrivals as a set"),
     Shortcut("DDPBucketed",
-             {3: "if all(q.grad is not None for q in bucket) and "
-                 "self._arrived[index] == len(self.buckets[index]): "
-                 "flat = torch.cat([q.grad.reshape(-1) for q in bucket]) / dist.get_world_size(); "
-                 "self._in_flight.append((dist.all_reduce(flat, async_op=True), bucket, flat))"},
-             "the bucket's count, read another way; divided before the sum"),
+             {2: "self._step[index] = self._step.get(index, 0) + 1\n"
+                 "if self._step[index] == len(bucket):\n"
+                 "    flat = torch.cat([q.grad.reshape(-1) for q in bucket]) "
+                 "/ dist.get_world_size()\n"
+                 "    self._step.setdefault('sent', []).append("
+                 "(dist.all_reduce(flat, async_op=True), bucket, flat))",
+              3: "for work, bucket, flat in self._step['sent']:\n"
+                 "    work.wait()\n"
+                 "    for q, new in zip(bucket, torch._utils._unflatten_dense_tensors("
+                 "flat, [q.grad for q in bucket])):\n"
+                 "        q.grad.copy_(new)"},
+             "a count per bucket, a list of handles, unflattened back; divided before the sum"),
     Shortcut("predicted_all_reduces", {1: "[1059850, 1049600, 263168]"}, "the numbers"),
     Shortcut("accumulated_step",
              {1: "with model.no_sync() if i + 1 < len(micro_batches) else "
