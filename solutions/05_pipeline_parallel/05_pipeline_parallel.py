@@ -208,8 +208,8 @@ print(f"\nbubble: {timeline.bubble:.2%} of the total time, {timeline.bubble_over
 print("in flight per stage:", peak_in_flight(gpipe_order(4, 6)))
 
 # %% [markdown]
-# With a backward twice as long as a forward the bubble ratio does not change: every step
-# just gets longer. But look at the last line above: **every stage holds the activations of
+# With a backward twice as long as a forward the bubble ratio does not change: the backward
+# steps get longer, and each phase still idles $S-1$ of its $M+S-1$ steps. But look at the last line above: **every stage holds the activations of
 # all $M$ micro-batches** before the first backward frees any. GPipe's memory grows with $M$,
 # the very number we raise to shrink the bubble.
 
@@ -669,7 +669,8 @@ show_schedules({"GPipe": gpipe_order, "1F1B": one_f_one_b_order,
 # the schedule. What it takes depends on the stage: the batch, positionally, where the model's
 # input enters (`step(x)`); `target=` and `losses=` (a list that receives each micro-batch's
 # loss) where the loss is computed; nothing where neither happens. The gradients are those of
-# the mean of the micro-batch losses.
+# the mean of the micro-batch losses, because the schedule's `scale_grads` defaults to True
+# (torch 2.13): it divides the summed gradients by `M`.
 #
 # The model: a small transformer, two encoder layers, one per rank.
 
@@ -738,8 +739,8 @@ grade(pipelining_step)
 
 # %% [markdown]
 # `Schedule1F1B` (torch 2.13) refuses fewer micro-batches than stages, as the cell below shows
-# with $M = 1$ on 2 ranks; `ScheduleGPipe` accepts any number. Your `one_f_one_b_order`
-# accepts any number too (its last stage, for $S = 4$, $M = 2$, below).
+# with $M = 1$ on 2 ranks. Your `one_f_one_b_order` accepts any number (its last stage, for
+# $S = 4$, $M = 2$, below).
 
 # %%
 print("1F1B, S=4, M=2, stage 3:", one_f_one_b_order(4, 2)[3])
@@ -911,9 +912,11 @@ seconds = [min(activation_bytes(DEPTH, WIDTH_CK, BATCH, budget)[2] for _ in rang
            for budget in (float("inf"), 0)]
 print(f"step time: {seconds[0] * 1e3:.1f} ms without, {seconds[1] * 1e3:.1f} ms with every "
       f"block checkpointed ({seconds[1] / seconds[0]:.2f}x)")
-show_bars(["without", "every block checkpointed"], {"MiB saved for backward": [
-    plain_bytes / 2**20, ck_bytes / 2**20], "step time (ms)": [s * 1e3 for s in seconds]},
-    f"Activation checkpointing, {DEPTH} blocks of width {WIDTH_CK}, batch {BATCH}")
+series = {"step time (ms)": [s * 1e3 for s in seconds]}
+if right:  # the measured bytes would answer your prediction above
+    series = {"MiB saved for backward": [plain_bytes / 2**20, ck_bytes / 2**20], **series}
+show_bars(["without", "every block checkpointed"], series,
+          f"Activation checkpointing, {DEPTH} blocks of width {WIDTH_CK}, batch {BATCH}")
 
 # %% [markdown]
 # The backward reruns every forward once: in theory one forward more per three (forward +
@@ -931,7 +934,7 @@ show_bars(["without", "every block checkpointed"], {"MiB saved for backward": [
 # * Interleaving $v$ chunks per rank divides the bubble by $v$ for $\frac{vS-1}{S-1}$ times
 #   the messages; splitting the backward into B and W lets the weight gradients run while the
 #   pipeline drains (ZB-H1: a third of 1F1B's idle time when F, B and W cost the same and
-#   $M \ge S$, for later stages holding as much as the first).
+#   $M \ge S$).
 # * `torch.distributed.pipelining` runs these schedules for real and matches the unsplit
 #   model; activation checkpointing trades one more forward per block for most of the
 #   activation memory, and a budget says how many blocks have to pay it.
