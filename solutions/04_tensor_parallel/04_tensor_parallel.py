@@ -47,9 +47,10 @@ from distlab.tensor_parallel import count_collectives, format_calls, show_comm_t
 #
 # The helper below cuts a tensor into $N$ equal parts along one dimension and returns rank
 # $r$'s part (a view, so gradients flow through it). A dimension that does not divide is
-# refused: `torch.chunk` would not refuse. It cuts pieces of $\lceil size/N \rceil$ and the last
-# one shorter: 6 features into 4 give 3 pieces (a rank would get nothing), 7 give 4 pieces of
-# different sizes (a collective cannot join them).
+# refused: `torch.chunk` would not refuse. It cuts pieces of $\lceil size/N \rceil$, so the
+# last may be shorter and there may be fewer than $N$: 6 features into 4 give 3 equal pieces
+# (a rank would get nothing), 7 give 4 pieces of different sizes (a collective cannot join
+# them).
 
 # %%
 def shard(t, rank, world_size, dim):
@@ -367,20 +368,21 @@ print("Scale: x.grad =", x.grad.tolist())
 #
 # * **f**, where a region **begins**: its input $x$ is whole and the same on every rank, and
 #   every rank's split layers read all of it. Its forward passes $x$ on unchanged.
-# * **g**, where a region **ends**: every rank holds a partial sum of the output, and every
-#   rank's layers after it (the same on every rank, with the same loss) need the total. Its
-#   forward sums them.
+# * **g**, where a region **ends**: its input is what each rank of section 2's layer holds
+#   before the ranks communicate, and every rank's layers after it (the same on every rank,
+#   with the same loss) need the layer's output, whole.
 #
-# **At the end** the gradient each returns must be the gradient of the training loss (computed
-# once, by the same code on every rank) with respect to its input, on every rank. Write their
-# backward passes, as two functions of the gradient each receives (the classes call them).
+# **At the end** of g's forward every rank must hold that output; **at the end** of each
+# backward the gradient it returns must be the gradient of the training loss (computed once,
+# by the same code on every rank) with respect to its input, on every rank. Write g's forward
+# and both backward passes, as three functions of a tensor (the classes call them).
 # (`megatron_f_g()` returns the two classes: made by a function, so that every function below
 # can get them with one call, on whatever rank it runs.)
 
 # %% solution="megatron_f_g" drill
 def megatron_f_g():
     """(f, g): Megatron-LM's operators, as autograd Functions on the default group."""
-    f_backward, g_backward = all_reduce_sum, (lambda grad: grad)  # BLANK `f_backward, g_backward = all_reduce_sum, (lambda grad: grad)` the backward pass of f, then of g: two functions of the gradient # ACCEPT `f_backward, g_backward = (lambda grad: all_reduce_sum(grad)), (lambda grad: grad.clone())` # REJECT `f_backward, g_backward = (lambda grad: grad), all_reduce_sum` `f_backward, g_backward = (lambda grad: grad), (lambda grad: grad)` `f_backward, g_backward = all_reduce_sum, all_reduce_sum`
+    g_forward = all_reduce_sum; f_backward, g_backward = all_reduce_sum, (lambda grad: grad)  # BLANK `g_forward = all_reduce_sum; f_backward, g_backward = all_reduce_sum, (lambda grad: grad)` g's forward, then the backward pass of f, then of g: three functions of a tensor # ACCEPT `g_forward = lambda t: all_reduce_sum(t); f_backward, g_backward = (lambda grad: all_reduce_sum(grad)), (lambda grad: grad.clone())` # REJECT `g_forward = all_reduce_sum; f_backward, g_backward = (lambda grad: grad), all_reduce_sum` `g_forward = all_reduce_sum; f_backward, g_backward = (lambda grad: grad), (lambda grad: grad)` `g_forward = all_reduce_sum; f_backward, g_backward = all_reduce_sum, all_reduce_sum` `g_forward = lambda t: t; f_backward, g_backward = all_reduce_sum, (lambda grad: grad)`
 
     class f(torch.autograd.Function):
         """Where a tensor-parallel region begins: x is whole on every rank."""
@@ -394,11 +396,11 @@ def megatron_f_g():
             return f_backward(grad)
 
     class g(torch.autograd.Function):
-        """Where a tensor-parallel region ends: every rank holds a partial sum."""
+        """Where a tensor-parallel region ends."""
 
         @staticmethod
-        def forward(ctx, partial):
-            return all_reduce_sum(partial)
+        def forward(ctx, z):
+            return g_forward(z)
 
         @staticmethod
         def backward(ctx, grad):
@@ -409,9 +411,9 @@ def megatron_f_g():
 
 # %% [markdown]
 # The check, on 2 ranks. **f**: $x = 1$ on both ranks; rank $r$'s region computes
-# $(r + 1)\,f(x)$ and the region ends in g, so the loss is $L = 1 \cdot x + 2 \cdot x$ and
-# $\partial L/\partial x = 3$. **g**: rank $r$ holds $p_r = r + 1$; after g every rank computes
-# the same loss $L = 10 \cdot g(p) = 10\,(p_0 + p_1)$, so $\partial L/\partial p_r = 10$.
+# $(r + 1)\,f(x)$ and ends in g; the loss's $\partial L/\partial x$ is 3. **g**: rank $r$ hands
+# g the number $p_r = r + 1$, the layer's output is 3, and every rank then computes the same
+# loss, 10 times g's output, so $\partial L/\partial p_r$ is 10.
 
 # %%
 require_filled(megatron_f_g)  # names any blank still empty
@@ -422,13 +424,15 @@ def try_f_g(rank, world_size):
     x = torch.ones(2, requires_grad=True)
     g.apply((rank + 1) * f.apply(x)).sum().backward()
     p = torch.full((2,), rank + 1.0, requires_grad=True)
-    (10 * g.apply(p)).sum().backward()
-    return x.grad[0].item(), p.grad[0].item()
+    out = g.apply(p)
+    (10 * out).sum().backward()
+    return x.grad[0].item(), out[0].item(), p.grad[0].item()
 
 
-for rank, (grad_x, grad_p) in enumerate(run(try_f_g, world_size=2)):
-    print(f"rank {rank}: dL/dx through f = {grad_x:g} (the loss's: 3), dL/dp through g = "
-          f"{grad_p:g} (the loss's: 10)")
+for rank, (grad_x, out, grad_p) in enumerate(run(try_f_g, world_size=2)):
+    print(f"rank {rank}: dL/dx through f = {grad_x:g} (the loss's: 3); g's output = {out:g} "
+          f"(the layer's: 3); dL/dp through g = {grad_p:g} (the loss's: 10)")
+    assert out == 3.0, f"rank {rank}: g's forward gave {out:g}, the layer's output is 3"
     assert grad_x == 3.0, f"rank {rank}: f's backward gave {grad_x:g}, the loss's gradient is 3"
     assert grad_p == 10.0, f"rank {rank}: g's backward gave {grad_p:g}, the loss's is 10"
 print("✓ f and g give the gradients of the loss")
@@ -452,7 +456,10 @@ grade(megatron_f_g)
 # sum enters the total with weight 1, and every rank already holds the same
 # $\partial L/\partial y$, so its backward is the **identity**: the all-reduce that autograd
 # got wrong in the first demo is right here, but only because g says so, for the situation where
-# it is used.
+# it is used. (PyTorch's `torch.distributed.nn.functional.all_reduce` differentiates the other
+# way: its backward is an all-reduce of the gradient, right for section 4's demo, where every
+# rank's loss is a different term of the training loss, but used as g, with one loss computed
+# the same on every rank, it would multiply the gradients by $N$.)
 #
 # **The seed's backward, fixed.** In section 3's layer $x$ reached every output feature through
 # every rank's rows, so $\partial L/\partial x = \sum_r \bar y_r W_r$: each rank holds one term,
@@ -482,8 +489,8 @@ print(f"GeLU(a + b) = {F.gelu(a + b).item():.4f}, GeLU(a) + GeLU(b) = "
 
 # %% [markdown]
 # The function gets the full parameters: which part of each a rank uses is the exercise (use
-# `shard`). f and g are placed for you; choose the cuts, so that what reaches g is what g
-# expects; autograd does the rest.
+# `shard`). The region begins with f (given) and ends with g; choose the cuts, and finish the
+# layer; autograd does the rest.
 
 # %% solution="tp_mlp"
 def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
@@ -496,8 +503,7 @@ def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
     """
     f, g = ops or megatron_f_g()
     x_in = f.apply(x)  # where the region begins
-    w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); z = F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)  # BLANK `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); z = F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)` this rank's parts of the weights, and z, what this rank hands to g (a few statements) # ACCEPT `w1_mine, b1_mine, w2_mine = w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank], shard(w2, rank, world_size, dim=-1); z = F.gelu(x_in @ w1_mine.t() + b1_mine) @ w2_mine.t()` # REJECT `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=0); z = F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=1), b1, shard(w2, rank, world_size, dim=1); z = F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)` `w1_mine, b1_mine, w2_mine = w1, b1, w2; z = F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine) / world_size`
-    y = g.apply(z) + b2  # where it ends
+    w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)) + b2  # BLANK `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)) + b2` this rank's parts of the weights, and y (a few statements) # ACCEPT `w1_mine, b1_mine, w2_mine = w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank], shard(w2, rank, world_size, dim=-1); y = b2 + g.apply(F.gelu(x_in @ w1_mine.t() + b1_mine) @ w2_mine.t())` # REJECT `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=0); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)) + b2` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=1), b1, shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)) + b2` `w1_mine, b1_mine, w2_mine = w1, b1, w2; y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine) / world_size) + b2` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine, b2))`
     return y
 
 
@@ -506,7 +512,8 @@ def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
 # single-device MLP: the output and $\partial L/\partial x$ on every rank, and every weight
 # gradient (a rank's gradient is zero outside the part it used, so the ranks' gradients added,
 # or, for a parameter that every rank uses whole, each rank's, must give the single-device
-# one). It fails on torch's warnings, if any.
+# one). It fails on torch's warnings, if any. It does not measure each rank's work: the
+# hidden tests do (about $\frac{1}{N}$ of the multiplications, whatever computes them).
 
 # %%
 require_filled(megatron_f_g)  # names any blank still empty
@@ -576,12 +583,12 @@ grade(tp_mlp)
 #
 # Multi-head attention runs $H$ heads side by side, and each head works alone: its queries,
 # keys and values come from its own $d_h = d/H$ rows of $W_q$, $W_k$, $W_v$ (heads in order:
-# head $i$ owns rows $i\,d_h$ to $(i+1)\,d_h - 1$), and its output of width $d_h$ is placed at
-# the same positions of the attention output that the output projection $W_o$ ($d \times d$)
-# reads. **The situation**: $x$ whole on every rank; each rank must compute $H/N$ whole heads
+# head $i$ owns rows $i\,d_h$ to $(i+1)\,d_h - 1$), and the heads' outputs of width $d_h$ are
+# concatenated, in head order, into the attention output, which the output projection $W_o$
+# ($d \times d$) multiplies. **The situation**: $x$ whole on every rank; each rank must compute $H/N$ whole heads
 # (the softmax of a head needs all of its queries and keys), the same budget as the MLP: one
 # collective forward, one backward, $\frac{1}{N}$ of the work; the whole output on every rank.
-# f and g are placed for you, as in `tp_mlp`.
+# The region begins with f (given) and ends with g, as in `tp_mlp`.
 #
 # The plumbing, written for you: `split_heads` and `merge_heads` reshape between
 # `(batch, seq, heads * head_dim)` and `(batch, heads, seq, head_dim)`, `attend` is causal
@@ -625,8 +632,7 @@ def tp_attention(rank, world_size, x, wq, wk, wv, wo, bo, num_heads):
         raise ValueError(f"{num_heads} heads cannot be split evenly over {world_size} ranks")
     f, g = megatron_f_g()
     xf = f.apply(x)  # where the region begins
-    rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])  # BLANK `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])` this rank's heads, and z, what this rank hands to g (a few statements) # ACCEPT `head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in (wq, wk, wv)); z = merge_heads(attend(q, k, v)) @ wo[:, rows].t()` # REJECT `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[rows])` `rows = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])` `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows]) / world_size`
-    y = g.apply(z) + bo  # where it ends
+    rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo  # BLANK `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo` this rank's heads, and y (a few statements) # ACCEPT `head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in (wq, wk, wv)); y = g.apply(merge_heads(attend(q, k, v)) @ wo[:, rows].t()) + bo` # REJECT `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[rows])) + bo` `rows = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo` `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows]) / world_size) + bo`
     return y
 
 
@@ -661,7 +667,8 @@ for n in (2, 4):
         assert torch.allclose(result[6], leaves[5].grad), f"rank {rank}: the gradient of bo"
     print(f"{n} ranks, {HEADS // n} of the {HEADS} heads on each: output, dL/dx and every weight "
           "gradient match")
-print("✓ tp_attention is the attention layer, forward and backward")
+print("✓ tp_attention is the attention layer, forward and backward (each rank's work: the "
+      "hidden tests)")
 reveal("tp_attention")
 
 # %% tests="tp_attention_tests" points=1
@@ -730,6 +737,7 @@ def forward_bytes(rank, world_size, x, w1, b1, w2, b2):
 
 ROWS = 8  # b
 x32 = torch.randn(ROWS, D)
+report = []
 for n in (2, 4):
     for hidden_units in (4 * D, D):
         w1, b1 = torch.randn(hidden_units, D) / D**0.5, torch.randn(hidden_units)
@@ -738,11 +746,12 @@ for n in (2, 4):
         sent = [sum(c.sent for c in calls) for calls in measured]
         predicted = mlp_bytes(n, ROWS, D, hidden_units, 4)
         h = "4d" if hidden_units == 4 * D else "d"
-        print(f"N = {n}, h = {h}: yours {len(measured[0])} collective(s), {sent[0]:g} B "
-              f"(predicted {predicted[0]:g}); rows twice {len(measured[1])}, {sent[1]:g} B "
-              f"(predicted {predicted[1]:g})")
         for got, want, which in zip(sent, predicted, ("yours", "rows twice"), strict=True):
-            assert abs(got - want) < 1e-6, f"N = {n}, h = {h}: {which}: measured {got:g} B"
+            assert abs(got - want) < 1e-6, f"N = {n}, h = {h}: {which}: the formula is wrong"
+        report.append(f"N = {n}, h = {h}: yours {len(measured[0])} collective(s), {sent[0]:g} B "
+                      f"(predicted {predicted[0]:g}); rows twice {len(measured[1])}, "
+                      f"{sent[1]:g} B (predicted {predicted[1]:g})")
+print("\n".join(report))  # the measured bytes, once every formula has matched them
 print("✓ your formulas predict what the ranks sent")
 reveal("mlp_bytes")
 
@@ -778,13 +787,14 @@ def count_mlp(rank, world_size, x, w1, b1, w2, b2, grad_y):
     return calls
 
 
+require_filled(mlp_bytes)  # names any blank still empty
 params32 = [p.float() for p in params]
 grad_y32 = torch.randn(ROWS, D)
 for n in (2, 4):
     calls = run(count_mlp, x32, *params32, grad_y32, world_size=n)[0]
-    print(f"--- {n} ranks\n{format_calls(calls)}")
     step = sum(c.sent for c in calls)
     assert step == 2 * mlp_bytes(n, ROWS, D, H, 4)[0], "the backward sends what the forward does"
+    print(f"--- {n} ranks\n{format_calls(calls)}")
 print("✓ one step sends twice the forward's bytes")
 
 # %% [markdown]
@@ -795,6 +805,7 @@ print("✓ one step sends twice the forward's bytes")
 
 # %%
 require_filled(tp_attention)  # names any blank still empty
+require_filled(mlp_bytes)
 
 
 def tp_layer(rank, world_size, x, p):
@@ -818,15 +829,17 @@ x_layer, grad_layer = torch.randn(B, L, D), torch.randn(B, L, D)
 calls = run(count_layer, x_layer, p, grad_layer, world_size=2)[0]
 forward = [c for c in calls if not c.backward]
 backward = [c for c in calls if c.backward]
-print(format_calls(calls))
 assert (len(forward), len(backward)) == (2, 2), (len(forward), len(backward))
+assert sum(c.sent for c in forward) == 2 * mlp_bytes(2, B * L, D, H, 4)[0], \
+    "each block's forward sends what your formula for tp_mlp's layout predicts"
+print(format_calls(calls))
 show_comm_table([("tensor parallel", f"{len(forward)} {forward[0].name}",
                   f"{len(backward)} {backward[0].name}")],
                 title="collectives per transformer layer (measured, 2 ranks)")
 print("✓ 2 collectives forward, 2 backward")
 
 # %% [markdown]
-# In this code every one of these all-reduces blocks: the next layer cannot start before it
+# In this code every one of these collectives blocks: the next layer cannot start before it
 # ends. (Production systems such as Megatron-LM and Transformer Engine hide part of it by
 # overlapping the communication with matmuls, but a layer still waits on its inputs.) That is
 # why tensor parallelism usually stays inside a node, on the fastest links (NVLink), typically
@@ -847,13 +860,13 @@ print("✓ 2 collectives forward, 2 backward")
 # positions; Megatron-LM keeps one with its RNG tracker.)
 #
 # **The situation.** Megatron orders activations as **(sequence, batch, d)**, so the sequence is
-# dimension 0. At the end of a block every rank holds a partial sum `t` over *every* position
-# (what g all-reduced). **In between**, rank $r$ must hold only its positions of the sum, rows
-# $r\frac{s}{N}$ to $(r+1)\frac{s}{N} - 1$ (where the layer norm would run); **at the end**
-# every rank must hold the whole sum again, for the next block. The second step is given:
+# dimension 0. At the end of a block every rank holds a tensor `t` over *every* position
+# (what g receives). **In between**, rank $r$ must hold only its positions of the sum of the
+# ranks' `t`, rows $r\frac{s}{N}$ to $(r+1)\frac{s}{N} - 1$ (where the layer norm would run);
+# **at the end** every rank must hold the whole sum, for the next block. The second step is given:
 # `gather_rows(part)` returns every rank's `part`, stacked along dimension 0 in rank order.
 # Write the first, `rows_of_sum(t)`. **The budget**: both steps together send no more bytes
-# than g's one all-reduce of `t`.
+# than one all-reduce of `t`.
 #
 # The single-tensor collectives, each on an example of its own (every rank calls the line):
 #
@@ -869,20 +882,10 @@ print("✓ 2 collectives forward, 2 backward")
 # dist.all_to_all_single(got, a)          # block q of a goes to rank q:
 # # rank 0 gets [0, 0, 1, 1], rank 1 gets [10, 10, 11, 11]
 #
-# # 3 ranks; rank r holds c = [1, 2, 3] * (r + 1)
-# mine = torch.empty(1)
-# dist.reduce_scatter_single(mine, c)     # the elementwise sum [6, 12, 18], cut in 3:
-# # rank 0 gets [6], rank 1 [12], rank 2 [18]
-#
 # # 3 ranks; rank r holds u = [10 r]
 # out = torch.empty(3)
 # dist.all_gather_single(out, u)          # out == [0, 10, 20] on every rank
 # ```
-#
-# (Checked on torch 2.13 with gloo, which runs all five: the older names
-# `dist.reduce_scatter_tensor` and `dist.all_gather_into_tensor` still work but warn
-# "`torch.distributed.reduce_scatter_tensor` is deprecated. Please use
-# `torch.distributed.reduce_scatter_single` instead." and likewise for `all_gather_single`.)
 
 # %%
 def gather_rows(t):
@@ -903,8 +906,7 @@ def rows_of_sum(t):
     if t.shape[0] % world_size != 0:
         raise ValueError(f"{t.shape[0]} positions cannot be split evenly over {world_size} "
                          "ranks")
-    part = t.new_empty((t.shape[0] // world_size, *t.shape[1:]))
-    dist.reduce_scatter_single(part, t)  # BLANK `dist.reduce_scatter_single(part, t)` fill part # ACCEPT `dist.reduce_scatter_single(part, t.contiguous(), op=dist.ReduceOp.SUM)` # REJECT `whole = t.clone(); dist.all_reduce(whole); part.copy_(whole.chunk(world_size)[dist.get_rank()])` `part.copy_(t.chunk(world_size)[dist.get_rank()])` `dist.all_gather_single(part, t.chunk(world_size)[dist.get_rank()].contiguous())`
+    received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = sum(received.chunk(world_size))  # BLANK `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = sum(received.chunk(world_size))` part, this rank's rows of the sum (a few statements) # ACCEPT `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = received.view(world_size, -1, *t.shape[1:]).sum(0)` # REJECT `whole = t.clone(); dist.all_reduce(whole); part = whole.chunk(world_size)[dist.get_rank()]` `part = t.chunk(world_size)[dist.get_rank()]` `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = received.chunk(world_size)[dist.get_rank()]`
     return part
 
 
@@ -960,16 +962,20 @@ grade(rows_of_sum)
 # and the activations of the norm region are $N$ times smaller. An all-reduce followed by a
 # slice would give the same rows, but it sends the whole all-reduce's bytes *before* the
 # all-gather, and every rank would hold the whole sum where it should hold $\frac{1}{N}$.
-# (`dist.all_to_all_single` and a local sum of the $N$ blocks received is a reduce-scatter
-# written out: it sends the same bytes.)
+# An all-to-all and a local sum of the $N$ blocks received is a reduce-scatter written out: it
+# sends the same bytes. torch has it as one call, `dist.reduce_scatter_single(part, t)` (gloo
+# runs it on torch 2.13; the older names `dist.reduce_scatter_tensor` and
+# `dist.all_gather_into_tensor` still work but warn "`torch.distributed.reduce_scatter_tensor`
+# is deprecated. Please use `torch.distributed.reduce_scatter_single` instead.", and likewise
+# for `all_gather_single`).
 
 # %% [markdown]
 # ### The sequence-parallel operators
 #
 # In a sequence-parallel layer, f and g change. Where a tensor-parallel block **begins**, each
-# rank holds only its positions (after the sharded layer norm), but the column-parallel layer
+# rank holds only its positions (after the sharded layer norm), but the block's first layer
 # needs every position: `enter`'s forward is `gather_rows`. Where it **ends**, each rank holds
-# a partial sum over every position (after the row-parallel layer), and the sharded region
+# a tensor over every position (what g receives), and the sharded region
 # that follows wants only this rank's positions of the sum: `leave`'s forward is your
 # `rows_of_sum`. **At the end** of each backward, the gradient it returns must be the gradient
 # of the loss (computed once, the same on every rank) with respect to its input, on this rank.
@@ -1003,8 +1009,8 @@ def sp_f_g():
         """Where it ends."""
 
         @staticmethod
-        def forward(ctx, partial):
-            return rows_of_sum(partial)
+        def forward(ctx, t):
+            return rows_of_sum(t)
 
         @staticmethod
         def backward(ctx, grad):
@@ -1086,7 +1092,10 @@ grade(sp_f_g)
 # The pair around the MLP block of a sequence-parallel layer: its input arrives as this rank's
 # positions; layer norm on those; then your `tp_mlp`, with `enter` and `leave` in place of f
 # and g; out come this rank's positions of the output. It equals the tensor-parallel block on
-# the same positions and sends the same bytes (forward only here).
+# the same positions and sends the same bytes (forward only here). That holds for the
+# activations: a layer norm with learnable weight and bias gives each rank their gradients from
+# its positions only, so a training step adds an all-reduce of those (small) gradients over the
+# tensor-parallel ranks, as Megatron-LM does; `F.layer_norm` here has no parameters.
 
 # %%
 require_filled(tp_mlp)  # names any blank still empty
@@ -1119,21 +1128,19 @@ for rank in range(n):
     assert sum(c.sent for c in calls_sp) == sum(c.sent for c in calls_tp), "the same bytes"
 print(f"{n} ranks: layer norm on {t.shape[0] // n} of {t.shape[0]} positions per rank; "
       f"{[c.name for c in calls_sp]} send what {[c.name for c in calls_tp]} sends")
-print("✓ the sequence-parallel block equals the tensor-parallel one, for the same bytes")
+print("✓ the sequence-parallel block equals the tensor-parallel one, for the same forward bytes")
 
 # %% [markdown]
 # ## Wrap-up
 #
 # Questions to answer in your own words, without looking back:
 #
-# * Which cut of a weight lets each rank finish its part of the output alone, and which one
-#   leaves every rank with something that is not yet an answer? What must the ranks then do,
-#   and where does the bias go?
+# * For each of the two cuts of a weight: what does a rank hold before the ranks
+#   communicate, what must they do, and where does the bias go?
 # * In the backward pass, which gradients of a split layer never leave their rank, and why
 #   do the others?
 # * What does autograd do with an in-place collective, and why is that silently wrong?
-# * Why does the MLP's first layer get cut along its hidden units and not its inputs, and what
-#   does that save?
+# * Which cut did each MLP layer get, and what does that save?
 # * How do the bytes of the two MLP layouts grow with $h$? When is one "twice" the other?
 # * What does sequence parallelism change, and what does it cost in bytes?
 #

@@ -30,9 +30,9 @@ from distlab.intercept import intercepting
 # count_collectives, and a fresh set of ranks would pay seconds for matplotlib each time.
 
 # The bytes one rank sends in a ring implementation, as a fraction of S, the bytes of the whole
-# (reduced or gathered) tensor: a ReduceScatter or an AllGather passes N-1 chunks of S/N; an
-# AllReduce is both; in an AlltoAll a rank keeps 1/N of its input and sends the rest; a
-# Broadcast down a chain passes the whole tensor on.
+# (reduced or gathered) tensor, as notebook 01 derived them; in an AlltoAll a rank keeps 1/N of
+# its input and sends the rest. A Broadcast down a chain: every rank but the last passes the
+# whole tensor on, so a rank sends S at most; each rank is charged that most, S.
 RING_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
@@ -40,7 +40,7 @@ RING_FACTOR = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "reduce_scatter_single": lambda n: (n - 1) / n,
     "all_to_all_single": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0 if n > 1 else 0.0,  # a chain: every rank but the last passes S on
+    "broadcast": lambda n: 1.0 if n > 1 else 0.0,  # the most one rank of a chain sends
 }
 # which argument holds the whole tensor S: a tensor, or a list of the N pieces of it
 WHOLE = {"all_reduce": "tensor", "all_gather": "tensor_list", "all_gather_single": "output_tensor",

@@ -48,35 +48,42 @@ SHORTCUTS = [
              "the partial sums all-gathered and added locally", "all_reduce"),
     # f and g
     Shortcut("megatron_f_g",
-             {1: "f_backward, g_backward = (lambda grad: (lambda t: (" + _summed_by_gather("t")
-                 + ", t)[1])(grad.clone())), (lambda grad: grad)"},
+             {1: "g_forward, f_backward, g_backward = all_reduce_sum, (lambda grad: (lambda t: ("
+                 + _summed_by_gather("t") + ", t)[1])(grad.clone())), (lambda grad: grad)"},
              "f's backward sum from an all-gather", "all_reduce"),
     Shortcut("megatron_f_g",
-             {1: "f_backward, g_backward = all_reduce_sum, (lambda grad: all_reduce_sum(grad * 0) "
-                 "+ grad)"},
+             {1: "g_forward, f_backward, g_backward = (lambda p: (lambda t: ("
+                 + _summed_by_gather("t") + ", t)[1])(p.clone())), all_reduce_sum, "
+                 "(lambda grad: grad)"},
+             "g's forward sum from an all-gather", "all_reduce"),
+    Shortcut("megatron_f_g",
+             {1: "g_forward, f_backward, g_backward = all_reduce_sum, all_reduce_sum, "
+                 "(lambda grad: all_reduce_sum(grad * 0) + grad)"},
              "a needless all-reduce in g's backward", "no communication"),
-    # the MLP (full weights: choosing the part is the exercise; f and g are given)
+    # the MLP (full weights: choosing the part is the exercise; f is given, the blank ends in g)
     Shortcut("tp_mlp", {1: "w1_mine, b1_mine, w2_mine = None, None, shard(w2, rank, world_size, "
-                           "dim=1); z = F.linear(" + BROADCAST_FIRST_LAYER + ", w2_mine)"},
+                           "dim=1); y = g.apply(F.linear(" + BROADCAST_FIRST_LAYER
+                           + ", w2_mine)) + b2"},
              "the whole first layer as a broadcast multiply-and-sum, then sliced", "work"),
     Shortcut("tp_mlp", {1: "w1_mine, b1_mine, w2_mine = w1, b1, w2; "
-                           "z = F.linear(F.gelu(F.linear(x_in, w1, b1)), w2) / world_size"},
+                           "y = g.apply(F.linear(F.gelu(F.linear(x_in, w1, b1)), w2) "
+                           "/ world_size) + b2"},
              "the whole MLP on every rank, divided by N before g", "FLOPs"),
     Shortcut("tp_mlp", {1: "w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=1), b1, "
                            "w2; hidden = F.gelu(g.apply(F.linear(shard(x_in, rank, "
                            "world_size, dim=-1), w1_mine)) + b1_mine); "
-                           "z = F.linear(hidden, w2) / world_size"},
+                           "y = g.apply(F.linear(hidden, w2) / world_size) + b2"},
              "the first layer cut by its inputs: its partial sums all-reduced before GeLU",
              "all_reduce"),
-    # attention (f and g are given)
+    # attention (f is given, the blank ends in g)
     Shortcut("tp_attention",
              {1: "q, k, v = (split_heads(F.linear(xf, w), num_heads) for w in (wq, wk, wv)); "
-                 "z = F.linear(merge_heads(attend(q, k, v)), wo) / world_size"},
+                 "y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo) / world_size) + bo"},
              "every rank computes every head", "FLOPs"),
     Shortcut("tp_attention",
              {1: "q, k, v = (split_heads(F.linear(xf, w), num_heads) for w in (wq, wk, wv)); "
-                 "z = F.linear(merge_heads(attend(q, k, v)), wo * (torch.arange(wo.shape[1]) "
-                 "// (wo.shape[1] // world_size) == rank))"},
+                 "y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo * (torch.arange("
+                 "wo.shape[1]) // (wo.shape[1] // world_size) == rank))) + bo"},
              "every head computed, the other ranks' masked out", "FLOPs"),
     # the bytes, predicted
     Shortcut("mlp_bytes", {1: "yours, rows_twice = 2 * (n - 1) / n * b * d * e, "
@@ -85,18 +92,22 @@ SHORTCUTS = [
     # sequence parallelism
     Shortcut("rows_of_sum",
              {1: "whole = t.clone(); dist.all_reduce(whole); "
-                 "part.copy_(whole.chunk(world_size)[dist.get_rank()])"},
+                 "part = whole.chunk(world_size)[dist.get_rank()].clone()"},
              "an all-reduce, then a slice: the whole sum held, over the budget", "budget"),
     Shortcut("rows_of_sum",
-             {1: "part.copy_((lambda ps: (dist.all_gather(ps, t), torch.stack(ps).sum(0))[1])"
+             {1: "part = (lambda ps: (dist.all_gather(ps, t), torch.stack(ps).sum(0))[1])"
                  "([torch.empty_like(t) for _ in range(world_size)]).chunk(world_size)"
-                 "[dist.get_rank()])"},
+                 "[dist.get_rank()].clone()"},
              "every rank's whole tensor all-gathered and summed", "budget"),
     Shortcut("rows_of_sum",
-             {1: "[dist.broadcast(b := t.clone(), src=q) or part.add_(b.chunk(world_size)"
-                 "[dist.get_rank()]) for q in range(world_size)] if part.zero_() is not None "
-                 "else None"},
+             {1: "part = torch.zeros_like(t.chunk(world_size)[0]); "
+                 "[dist.broadcast(b := t.clone(), src=q) or part.add_(b.chunk(world_size)"
+                 "[dist.get_rank()]) for q in range(world_size)]"},
              "every rank's tensor broadcast and summed", "budget"),
+    Shortcut("rows_of_sum",
+             {1: "received = torch.empty_like(t); dist.all_to_all_single(received, "
+                 "t.contiguous()); part = received.chunk(world_size)[dist.get_rank()]"},
+             "an all-to-all without the sum: another rank's block, not the sum", "rows"),
     Shortcut("sp_f_g", {1: "enter_backward, leave_backward = (lambda grad: own_rows("
                            "all_reduce_sum(grad))), gather_rows"},
              "enter's backward as an all-reduce and a slice", "reduce_scatter"),
@@ -116,33 +127,37 @@ HONEST = [
              {1: "partial = torch.matmul(x_shard, w_shard.T); dist.all_reduce(partial); "
                  "y = bias + partial"},
              "matmul, the default op, the bias first"),
-    Shortcut("megatron_f_g", {1: "f_backward, g_backward = (lambda grad: all_reduce_sum("
+    Shortcut("megatron_f_g", {1: "g_forward, f_backward, g_backward = (lambda p: "
+                                 "all_reduce_sum(p.clone())), (lambda grad: all_reduce_sum("
                                  "grad.clone())), torch.clone"},
              "copies for the sum and the identity"),
     Shortcut("tp_mlp", {1: "w1_mine, b1_mine = w1.chunk(world_size, dim=0)[rank], "
                            "b1.chunk(world_size)[rank]; w2_mine = shard(w2, rank, world_size, "
-                           "dim=-1); z = F.gelu(F.linear(x_in, w1_mine, b1_mine)) @ w2_mine.t()"},
+                           "dim=-1); z = F.gelu(F.linear(x_in, w1_mine, b1_mine)) @ w2_mine.t(); "
+                           "y = b2 + g.apply(z)"},
              "chunk, the last dimension, the product written out"),
     Shortcut("tp_mlp", {1: "k = w1.shape[0] // world_size; part = slice(rank * k, (rank + 1) * k); "
                            "hidden = F.gelu(x_in @ w1[part].t() + b1[part]); "
-                           "z = hidden @ w2[:, part].t()"},
+                           "y = g.apply(hidden @ w2[:, part].t()) + b2"},
              "the rows sliced by hand, the product written out"),
     Shortcut("tp_attention",
              {1: "head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; "
                  "rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); "
                  "q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in "
-                 "(wq, wk, wv)); out = merge_heads(attend(q, k, v)); z = out @ wo[:, rows].t()"},
+                 "(wq, wk, wv)); out = merge_heads(attend(q, k, v)); "
+                 "y = g.apply(out @ wo[:, rows].t()) + bo"},
              "the rows from the heads, the product written out"),
     Shortcut("mlp_bytes", {1: "ring = (n - 1) / n * e; yours, rows_twice = 2 * ring * b * d, "
                               "ring * b * h + ring * b * d"},
              "the ring share first"),
     Shortcut("rows_of_sum",
-             {1: "dist.reduce_scatter_single(part, t.contiguous(), op=dist.ReduceOp.SUM)"},
-             "the op spelled out"),
+             {1: "part = t.new_empty((t.shape[0] // world_size, *t.shape[1:])); "
+                 "dist.reduce_scatter_single(part, t.contiguous(), op=dist.ReduceOp.SUM)"},
+             "torch's reduce-scatter, the op spelled out"),
     Shortcut("rows_of_sum",
              {1: "got = torch.empty_like(t); dist.all_to_all_single(got, t.contiguous()); "
-                 "part.copy_(got.view(world_size, *part.shape).sum(0))"},
-             "an all-to-all and a local sum: a reduce-scatter written out"),
+                 "part = torch.stack(got.chunk(world_size)).sum(0)"},
+             "stacked blocks summed"),
     Shortcut("sp_f_g", {1: "enter_backward, leave_backward = (lambda grad: rows_of_sum("
                            "grad.clone())), (lambda grad: gather_rows(grad.contiguous()))"},
              "copies through the helpers"),
