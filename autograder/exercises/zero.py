@@ -1,6 +1,6 @@
-"""Hidden tests of notebook 06 (ZeRO): the memory formula against the paper's, the parameter
-assignment against the greedy rule's balance, and the sharded optimizers and the ZeRO-3 layer
-against unsharded training in this process.
+"""Hidden tests of notebook 06 (ZeRO): the fewest GPUs predicted from the memory formula, the
+parameter assignment against the greedy rule's balance, and the sharded optimizers and the
+ZeRO-3 layer against unsharded training in this process.
 
 The classes run on real ranks through a harness of this module (under the judge it travels by
 value, as the learner's class does: checks.on_ranks). The oracle (the unsharded model and
@@ -16,7 +16,6 @@ import math
 from autograder.exercises import exercise, zero_lm
 from autograder.exercises.checks import (
     calls_of,
-    check_close,
     check_tensor,
     describe,
     first_rank_failure,
@@ -45,22 +44,63 @@ def _oracle_state_bytes(psi, n_d, stage, widths):
             k * psi / (n_d if stage >= 1 else 1))
 
 
+def _model_state_bytes(psi, n_d, stage, widths=(2, 2, 12)):
+    """The notebook's given model_state_bytes, trusted (the learner's copy may be edited)."""
+    return _oracle_state_bytes(psi, n_d, stage, widths)
+
+
+def _fits(psi, n_d, stage, widths, budget):
+    return sum(_oracle_state_bytes(psi, n_d, stage, widths)) <= budget * (1 + 1e-12)
+
+
 @exercise
-def model_state_bytes(fn, rng):
-    cases = [(7.5e9, 64, stage, (2, 2, 12)) for stage in range(4)]
-    cases += [(1000.0, 4, stage, (4, 4, 8)) for stage in range(4)]
-    for _ in range(24):
-        psi = float(rng.integers(1, 10 ** int(rng.integers(2, 13))))
+def fewest_gpus(fn, rng):
+    """The learner's N_d against the oracle's model states at N_d and N_d - 1; budgets whose
+    answer is up to 10^9 GPUs (no search reaches it), and budgets no N_d meets (None)."""
+    import time
+
+    fn = with_trusted(fn, model_state_bytes=_model_state_bytes)
+    cases = [(7.5e9, stage, 16e9, (2, 2, 12)) for stage in range(4)]
+    cases += [(1000.0, 3, 2000.0, (4, 4, 8)), (1000.0, 0, 16_000.0, (4, 4, 8))]
+    for _ in range(40):
+        psi = float(rng.integers(1, 10 ** int(rng.integers(2, 12))))
         widths = tuple(int(w) for w in rng.integers(1, 17, size=3))
-        cases.append((psi, int(rng.integers(2, 1025)), int(rng.integers(0, 4)), widths))
-    for psi, n_d, stage, widths in cases:
-        where = f"model_state_bytes({psi:g}, n_d={n_d}, stage={stage}, widths={widths})"
-        check_close(fn(psi, n_d, stage, widths), _oracle_state_bytes(psi, n_d, stage, widths),
-                    where, "(params, grads, optimizer)", rtol=1e-9)
-    psi, n_d = 7.5e9, 64
-    check_close(fn(psi, n_d, 1), _oracle_state_bytes(psi, n_d, 1, (2, 2, 12)),
-                f"model_state_bytes({psi:g}, n_d={n_d}, stage=1) (default widths)",
-                "(params, grads, optimizer)", rtol=1e-9)
+        stage = int(rng.integers(0, 4))
+        fixed = sum(_oracle_state_bytes(psi, math.inf, stage, widths))
+        shared = sum(_oracle_state_bytes(psi, 1, stage, widths)) - fixed
+        # the largest N_d whose neighbour N_d - 1 a double still tells apart at this budget
+        top = 1e9 if fixed == 0 else min(1e9, math.sqrt(shared * 0.05 / (fixed * 1e-9) + 1))
+        n_d = max(1, int(10 ** rng.uniform(0, math.log10(max(top, 1.0)))))
+        budget = fixed + shared / (n_d - rng.uniform(0.05, 0.95)) if rng.random() < 0.8 else \
+            fixed * rng.uniform(0.3, 0.99)
+        cases.append((psi, stage, float(budget), widths))
+    for psi, stage, budget, widths in cases:
+        where = f"fewest_gpus({psi:g}, stage={stage}, budget={budget:.6g}, widths={widths})"
+        fixed = sum(_oracle_state_bytes(psi, math.inf, stage, widths))
+        shared = sum(_oracle_state_bytes(psi, 1, stage, widths)) - fixed
+        possible = budget > fixed * (1 + 1e-12) or (shared == 0 and budget >= fixed)
+        start = time.perf_counter()
+        got = fn(psi, stage, budget, widths)
+        if time.perf_counter() - start > 0.5:
+            raise AssertionError(f"{where} took {time.perf_counter() - start:.1f} s: predict "
+                                 "N_d with a formula; no search over N_d reaches 10^9 GPUs")
+        if not possible:
+            if got is not None:
+                raise AssertionError(f"{where} returned {got!r}: no number of GPUs fits, "
+                                     "because the bytes no N_d removes are over the budget "
+                                     "already (expected None)")
+            continue
+        if got is None or isinstance(got, bool) or int(got) != got or got < 1:
+            raise AssertionError(f"{where} returned {got!r}: expected a number of GPUs, >= 1")
+        got = int(got)
+        if not _fits(psi, got, stage, widths, budget):
+            raise AssertionError(f"{where} returned {got}: on {got} GPUs one GPU still holds "
+                                 f"{sum(_oracle_state_bytes(psi, got, stage, widths)):.6g} "
+                                 "bytes, over the budget (only the partitioned bytes shrink "
+                                 "with N_d)")
+        if got > 1 and _fits(psi, got - 1, stage, widths, budget * (1 - 2e-12)):
+            raise AssertionError(f"{where} returned {got}: {got - 1} GPUs fit already; the "
+                                 "fewest is the smallest N_d that fits")
 
 
 # ---------------------------------------------------------------- owners of parameters
@@ -379,6 +419,10 @@ def _flat_harness(rank, world_size, cls, cases):
         layout = cls(shapes)
         flat = layout.flatten(tensors)
         shard = layout.shard_of(flat).clone()
+        if shard.numel() != layout.size:  # before a collective that would fail less clearly
+            raise AssertionError(f"shard_of gave rank {rank} a slice of {shard.numel()} "
+                                 f"elements of the padded buffer, where each slice is "
+                                 f"{layout.size} long")
         full = layout.gather(shard)
         views = [t.clone() for t in layout.views(full)]
         reduced = layout.reduce_scatter(layout.flatten(_layer_tensors(shapes, seed + 1 + rank,

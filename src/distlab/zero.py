@@ -15,7 +15,7 @@
     show_live(traces)                        # trace_gathered's curves, side by side
 
 Memory is counted from live tensors, not from an allocator: a CPU has no allocator statistics.
-Nothing here shards anything: the sharding, and the memory formula, are yours. (matplotlib is
+Nothing here shards anything: the sharding is yours. (matplotlib is
 imported by the drawing functions only: the counting runs on ranks, which should not pay for it.)
 """
 

@@ -1,6 +1,6 @@
 """ZeRO-3's plumbing for any module: which parameters each unit shards, and running a module
-with parameters it is lent for one call. The gathering, what is saved, and the reduce-scatter
-are the notebook's (its autograd Function); nothing here communicates.
+with parameters it is lent for one call. The gathering, what is saved, and the gradient's
+way back to the slices are the notebook's (its autograd Function); nothing here communicates.
 
     model = shard_units(model, units, function, layout_cls, compute_dtype, reduce_dtype)
     units_of(model)          # its Units: .names, .layout, .shard, ...

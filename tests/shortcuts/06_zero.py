@@ -1,7 +1,7 @@
 """Shortcuts of notebook 06 (ZeRO): blank fills that earn the values without the idea (the
-state kept on every rank, an owner-masked all-reduce for the owner's broadcast, a gradient
-all-reduced and sliced, a gathered layer kept from forward to backward, the master's gradient
-sent through bf16), and correct answers written otherwise."""
+fewest GPUs taken as if every byte shrank, an owner-masked all-reduce for the owner's
+broadcast, a gradient all-reduced and sliced, a gathered layer kept from forward to
+backward, the master's gradient sent through bf16), and correct answers written otherwise."""
 
 from shortcuts import Shortcut
 
@@ -11,36 +11,46 @@ REGATHER = "shard, *inputs = ctx.saved_tensors; full = {gather}"
 SLICES_BROADCAST = ("[dist.broadcast(self.flat[r * self.layout.size:(r + 1) * self.layout.size],"
                     " src=r) for r in range(self.layout.world_size)]")
 
+STEP_GATHER = "; self.local.step(); self.layout.gather(self.shard, out=self.flat)"
 SHORTCUTS = [
-    Shortcut("ShardedOptimizer", {1: "True"},
-             "every rank steps and keeps the state of every parameter", "owner"),
-    Shortcut("ShardedOptimizer", {1: "True", 2: "None"},
-             "plain DDP: no owners, no broadcast", "owner"),
+    Shortcut("fewest_gpus", {1: "math.ceil(shared / budget)"},
+             "every byte taken to shrink with N_d", "only the partitioned bytes shrink"),
+    Shortcut("fewest_gpus", {1: "int(shared / (budget - fixed))"},
+             "the quotient rounded down", "over the budget"),
+    Shortcut("fewest_gpus", {1: "math.ceil((shared + fixed) / budget)"},
+             "the whole states divided by the budget", "only the partitioned bytes shrink"),
     Shortcut("ShardedOptimizer",
-             {2: 'self.__dict__.setdefault("hidden", {}).setdefault(p, self.optimizer_cls('
+             {1: 'self.__dict__.setdefault("hidden", {}).setdefault(p, self.optimizer_cls('
                  '[{**group, "params": [p]}])).step() if self.owner[p] != self.rank else None'},
              "a hidden optimizer per parameter it does not own", "optimizer state"),
     Shortcut("ShardedOptimizer",
-             {2: "dist.all_reduce(p.mul_(float(self.owner[p] == self.rank)), "
+             {1: "dist.all_reduce(p.mul_(float(self.owner[p] == self.rank)), "
                  "op=dist.ReduceOp.SUM)"},
              "the owner's value by an all-reduce of masked parameters: twice the bytes",
              "sends each updated parameter once"),
     Shortcut("FlatShard", {1: "self.numel"}, "every slice the whole buffer", "padded"),
+    Shortcut("FlatShard",
+             {2: "self.rank * (self.numel // self.world_size):"
+                 "(self.rank + 1) * (self.numel // self.world_size)"},
+             "slices cut as if there were no padding", "slice"),
     Shortcut("Zero2Optimizer",
-             {2: ALL_REDUCE_THEN_SLICE.format(layout="self.layout", grad="flat_grad")},
+             {1: "self.shard.grad = " + ALL_REDUCE_THEN_SLICE.format(layout="self.layout",
+                                                                     grad="flat_grad")
+                 + STEP_GATHER},
              "all-reduce the full gradient, keep a slice of it", "reduce-scatter"),
     Shortcut("Zero2Optimizer",
-             {2: "(dist.all_reduce(flat_grad, op=dist.ReduceOp.AVG), "
-                 "self.layout.shard_of(flat_grad).clone())[1]"},
+             {1: "self.shard.grad = (dist.all_reduce(flat_grad, op=dist.ReduceOp.AVG), "
+                 "self.layout.shard_of(flat_grad).clone())[1]" + STEP_GATHER},
              "all-reduce, then copy the slice", "no all-reduce"),
     Shortcut("Zero2Optimizer",
-             {2: '(setattr(self, "kept", flat_grad), self.layout.reduce_scatter(flat_grad))[1]'},
+             {1: 'self.shard.grad = (setattr(self, "kept", flat_grad), '
+                 'self.layout.reduce_scatter(flat_grad))[1]' + STEP_GATHER},
              "the full gradient kept aside", "1/N of the gradient"),
     Shortcut("Zero2Optimizer",
-             {1: "[self.flat]",
-              2: '(dist.all_reduce(flat_grad, op=dist.ReduceOp.AVG), setattr(self.flat, "grad",'
-                 ' flat_grad), self.layout.shard_of(flat_grad))[2]', 3: "None"},
-             "DDP in disguise: every rank steps the whole buffer", "reduce-scatter"),
+             {1: "self.shard.grad = self.layout.reduce_scatter(flat_grad); self.local.step(); "
+                 "[dist.all_reduce(self.flat[r * self.layout.size:(r + 1) * self.layout.size]"
+                 ".mul_(float(r == self.layout.rank))) for r in range(self.layout.world_size)]"},
+             "the updated slices spread by all-reduces of a masked buffer", "all-reduce"),
     Shortcut("GatheredUnit", {2: "ctx.save_for_backward(full, *inputs)",
                               3: "full, *inputs = ctx.saved_tensors; shard = full"},
              "the gathered unit saved for the backward", "slice, not the whole layer"),
@@ -73,13 +83,21 @@ SHORTCUTS = [
 ]
 
 HONEST = [
-    Shortcut("ShardedOptimizer",
-             {1: "self.rank == owner", 2: "dist.broadcast(tensor=p, src=self.owner[p])"},
-             "the owner test and the broadcast written otherwise"),
-    Shortcut("Zero2Optimizer", {3: "self.flat.copy_(self.layout.gather(self.shard))"},
+    Shortcut("fewest_gpus", {1: "-(-shared // (budget - fixed))"}, "ceiling by floor division"),
+    Shortcut("ShardedOptimizer", {1: "dist.broadcast(tensor=p, src=self.owner[p])"},
+             "the broadcast written otherwise"),
+    Shortcut("FlatShard", {2: "self.size * self.rank:self.size * self.rank + self.size"},
+             "the bounds written otherwise"),
+    Shortcut("Zero2Optimizer",
+             {1: "self.shard.grad = self.layout.reduce_scatter(flat_grad); self.local.step(); "
+                 "self.flat.copy_(self.layout.gather(self.shard))"},
              "gathered, then copied into the buffer"),
-    Shortcut("Zero2Optimizer", {3: SLICES_BROADCAST}, "each slice broadcast by its owner"),
-    Shortcut("Zero2Optimizer", {2: "self.layout.reduce_scatter(flat_grad.clone())"},
+    Shortcut("Zero2Optimizer",
+             {1: "self.shard.grad = self.layout.reduce_scatter(flat_grad); self.local.step(); "
+                 + SLICES_BROADCAST},
+             "each slice broadcast by its owner"),
+    Shortcut("Zero2Optimizer",
+             {1: "self.shard.grad = self.layout.reduce_scatter(flat_grad.clone())" + STEP_GATHER},
              "reduce-scatter of a copy"),
     Shortcut("GatheredUnit", {2: "ctx.save_for_backward(shard.detach(), *inputs)"},
              "a detached save"),
