@@ -180,8 +180,7 @@ grade(column_parallel_forward)
 show_split("row", world_size=4)
 
 # %% [markdown]
-# Here each rank receives its features of the input (section 5 shows where such a split input
-# comes from). Write the whole body.
+# Here each rank receives its features of the input. Write the whole body.
 
 # %% solution="row_parallel_forward" drill
 def row_parallel_forward(rank, world_size, x_shard, w_shard, bias):
@@ -255,8 +254,8 @@ grade(row_parallel_forward)
 # Training needs the gradients too. For $y = xW^\top + b$ and a loss $L$, with
 # $\bar y = \partial L / \partial y$, a single device computes
 # $\partial L/\partial x = \bar y\, W$, $\partial L/\partial W = \bar y^\top x$ and
-# $\partial L/\partial b = \sum_{\text{batch}} \bar y$. Every rank runs the same loss on the
-# same (whole) $y$, so every rank holds the whole $\bar y$; rank $r$ of section 1's layer
+# $\partial L/\partial b = \sum_{\text{batch}} \bar y$. Every rank computes the same loss on
+# $y$; rank $r$ of section 1's layer
 # produced only its columns of $y$, so $\bar y_r$, its columns of $\bar y$, is what flows back
 # to it. Every rank must end with $\partial L/\partial x$ whole, and the gradients of its own
 # rows of the weight and entries of the bias.
@@ -323,10 +322,11 @@ for rank, (y, grad, said) in enumerate(run(autograd_through_all_reduce, world_si
           f"{said}")
 
 # %% [markdown]
-# On torch 2.13 autograd ran the all-reduce's backward as the **identity**: each rank got only
-# its own $L_r$'s share, 1 and 2 instead of 3. The in-place c10d calls (`dist.all_reduce`,
-# `dist.all_gather`, ...) have no gradient formula; autograd lets the gradient through unchanged
-# and says so only in a warning, which a training script rarely shows. (PyTorch also has
+# On torch 2.13 autograd printed 1 and 2 where the loss's gradient is 3. `dist.all_reduce`,
+# which writes its result into the tensor it is given, has no gradient formula: autograd passes
+# the gradient through it unchanged and says so in a `UserWarning`, printed once per call site
+# on each rank's stderr. You see it above only because the demo records it: distlab sends the
+# ranks' stderr to a log file, and a training script's many ranks often bury it. (PyTorch also has
 # differentiable versions, `torch.distributed.nn.functional.all_reduce`, `all_gather`, ...,
 # whose backward is written out; here you write it yourself, to see what it must be.) An
 # all-gather into a list is worse in another way: its output does not require grad at all, so
@@ -364,25 +364,24 @@ print("Scale: x.grad =", x.grad.tolist())
 
 # %% [markdown]
 # Megatron needs two such operators, for the two places where a tensor-parallel region meets
-# the rest of the model (a region is one or more split layers, as in sections 1 and 2):
+# the rest of the model (a region is one or more split layers):
 #
 # * **f**, where a region **begins**: its input $x$ is whole and the same on every rank, and
 #   every rank's split layers read all of it. Its forward passes $x$ on unchanged.
-# * **g**, where a region **ends**: its input is what each rank of section 2's layer holds
-#   before the ranks communicate, and every rank's layers after it (the same on every rank,
-#   with the same loss) need the layer's output, whole.
+# * **g**, where a region **ends**: each rank holds a tensor shaped like the output, and every
+#   rank's layers after it (the same on every rank, with the same loss) need the output, whole.
+#   Its forward is given: the sum of the ranks' tensors.
 #
-# **At the end** of g's forward every rank must hold that output; **at the end** of each
-# backward the gradient it returns must be the gradient of the training loss (computed once,
-# by the same code on every rank) with respect to its input, on every rank. Write g's forward
-# and both backward passes, as three functions of a tensor (the classes call them).
+# **At the end** of each backward the gradient it returns must be the gradient of the training
+# loss (computed once, by the same code on every rank) with respect to its input, on every
+# rank. Write both backward passes, as two functions of a tensor (the classes call them).
 # (`megatron_f_g()` returns the two classes: made by a function, so that every function below
 # can get them with one call, on whatever rank it runs.)
 
 # %% solution="megatron_f_g" drill
 def megatron_f_g():
     """(f, g): Megatron-LM's operators, as autograd Functions on the default group."""
-    g_forward = all_reduce_sum; f_backward, g_backward = all_reduce_sum, (lambda grad: grad)  # BLANK `g_forward = all_reduce_sum; f_backward, g_backward = all_reduce_sum, (lambda grad: grad)` g's forward, then the backward pass of f, then of g: three functions of a tensor # ACCEPT `g_forward = lambda t: all_reduce_sum(t); f_backward, g_backward = (lambda grad: all_reduce_sum(grad)), (lambda grad: grad.clone())` # REJECT `g_forward = all_reduce_sum; f_backward, g_backward = (lambda grad: grad), all_reduce_sum` `g_forward = all_reduce_sum; f_backward, g_backward = (lambda grad: grad), (lambda grad: grad)` `g_forward = all_reduce_sum; f_backward, g_backward = all_reduce_sum, all_reduce_sum` `g_forward = lambda t: t; f_backward, g_backward = all_reduce_sum, (lambda grad: grad)`
+    f_backward, g_backward = all_reduce_sum, (lambda grad: grad)  # BLANK `f_backward, g_backward = all_reduce_sum, (lambda grad: grad)` the backward pass of f, then of g: two functions of a tensor # ACCEPT `f_backward, g_backward = (lambda grad: all_reduce_sum(grad)), (lambda grad: grad.clone())` # REJECT `f_backward, g_backward = (lambda grad: grad), all_reduce_sum` `f_backward, g_backward = (lambda grad: grad), (lambda grad: grad)` `f_backward, g_backward = all_reduce_sum, all_reduce_sum`
 
     class f(torch.autograd.Function):
         """Where a tensor-parallel region begins: x is whole on every rank."""
@@ -400,7 +399,7 @@ def megatron_f_g():
 
         @staticmethod
         def forward(ctx, z):
-            return g_forward(z)
+            return all_reduce_sum(z)
 
         @staticmethod
         def backward(ctx, grad):
@@ -410,31 +409,36 @@ def megatron_f_g():
 
 
 # %% [markdown]
-# The check, on 2 ranks. **f**: $x = 1$ on both ranks; rank $r$'s region computes
-# $(r + 1)\,f(x)$ and ends in g; the loss's $\partial L/\partial x$ is 3. **g**: rank $r$ hands
-# g the number $p_r = r + 1$, the layer's output is 3, and every rank then computes the same
-# loss, 10 times g's output, so $\partial L/\partial p_r$ is 10.
+# The check, on 2 ranks, with random numbers: every rank holds the same whole $x$ and its own
+# weight $a_r$, and its region computes $g(a_r \odot f(x))$; then every rank computes the same
+# loss from g's output. It compares $\partial L/\partial x$ and each $\partial L/\partial a_r$
+# on every rank with autograd on one process, running the whole computation there.
 
 # %%
 require_filled(megatron_f_g)  # names any blank still empty
 
 
-def try_f_g(rank, world_size):
+def try_f_g(rank, world_size, x, weights, c):
     f, g = megatron_f_g()
-    x = torch.ones(2, requires_grad=True)
-    g.apply((rank + 1) * f.apply(x)).sum().backward()
-    p = torch.full((2,), rank + 1.0, requires_grad=True)
-    out = g.apply(p)
-    (10 * out).sum().backward()
-    return x.grad[0].item(), out[0].item(), p.grad[0].item()
+    x, a = x.clone().requires_grad_(), weights[rank].clone().requires_grad_()
+    out = g.apply(a * f.apply(x))
+    (c * out).sum().backward()
+    return out.detach(), x.grad, a.grad
 
 
-for rank, (grad_x, out, grad_p) in enumerate(run(try_f_g, world_size=2)):
-    print(f"rank {rank}: dL/dx through f = {grad_x:g} (the loss's: 3); g's output = {out:g} "
-          f"(the layer's: 3); dL/dp through g = {grad_p:g} (the loss's: 10)")
-    assert out == 3.0, f"rank {rank}: g's forward gave {out:g}, the layer's output is 3"
-    assert grad_x == 3.0, f"rank {rank}: f's backward gave {grad_x:g}, the loss's gradient is 3"
-    assert grad_p == 10.0, f"rank {rank}: g's backward gave {grad_p:g}, the loss's is 10"
+torch.manual_seed(3)
+x, c = torch.randn(4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+weights = torch.randn(2, 4, dtype=torch.float64)
+x_ref, a_ref = x.clone().requires_grad_(), weights.clone().requires_grad_()
+out_ref = (a_ref * x_ref).sum(dim=0)  # one process: every rank's branch, summed
+(c * out_ref).sum().backward()
+for rank, (out, grad_x, grad_a) in enumerate(run(try_f_g, x, weights, c, world_size=2)):
+    verdicts = ["equals" if torch.allclose(got, want) else "DIFFERS from"
+                for got, want in ((out, out_ref), (grad_x, x_ref.grad), (grad_a, a_ref.grad[rank]))]
+    print(f"rank {rank}: g's output {verdicts[0]} one process's; dL/dx {verdicts[1]} autograd's; "
+          f"dL/da_r {verdicts[2]} autograd's")
+    assert verdicts[1] == "equals", f"rank {rank}: dL/dx, through f, is not the loss's gradient"
+    assert verdicts[2] == "equals", f"rank {rank}: dL/da_r, through g, is not the loss's gradient"
 print("✓ f and g give the gradients of the loss")
 reveal("megatron_f_g")
 
@@ -476,9 +480,9 @@ grade(megatron_f_g)
 # $d \times h$, as `nn.Linear` stores them.
 #
 # **The situation.** $x$ is whole on every rank. You may cut each weight in bands of rows or of
-# columns, as in sections 1 and 2. **The budget**: each rank does $\frac{1}{N}$ of the
+# columns. **The budget**: each rank does $\frac{1}{N}$ of the
 # multiplications; the forward pass may communicate **once**, and so may the backward, and the
-# hidden activation ($b \times h$ numbers, four times the output) never crosses the wire; every
+# hidden activation ($b \times h$ numbers, $h/d$ times the output) never crosses the wire; every
 # rank ends with the whole $y$, and gradients flow to every weight it used (autograd, through f
 # and g). One fact to plan with: GeLU is not linear.
 
@@ -489,8 +493,8 @@ print(f"GeLU(a + b) = {F.gelu(a + b).item():.4f}, GeLU(a) + GeLU(b) = "
 
 # %% [markdown]
 # The function gets the full parameters: which part of each a rank uses is the exercise (use
-# `shard`). The region begins with f (given) and ends with g; choose the cuts, and finish the
-# layer; autograd does the rest.
+# `shard`). Choose the cuts; f and g are yours too: put each where your layout needs it (the
+# given last line adds $b_2$). Autograd does the rest.
 
 # %% solution="tp_mlp"
 def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
@@ -502,9 +506,8 @@ def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
     default (section 8 passes another pair).
     """
     f, g = ops or megatron_f_g()
-    x_in = f.apply(x)  # where the region begins
-    w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)) + b2  # BLANK `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)) + b2` this rank's parts of the weights, and y (a few statements) # ACCEPT `w1_mine, b1_mine, w2_mine = w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank], shard(w2, rank, world_size, dim=-1); y = b2 + g.apply(F.gelu(x_in @ w1_mine.t() + b1_mine) @ w2_mine.t())` # REJECT `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=0); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)) + b2` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=1), b1, shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine)) + b2` `w1_mine, b1_mine, w2_mine = w1, b1, w2; y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine) / world_size) + b2` `w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine, b2))`
-    return y
+    x_in = f.apply(x); w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine))  # BLANK `x_in = f.apply(x); w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine))` your layout: this rank's parts of the weights, f and g, and y without b2 (a few statements) # ACCEPT `x_in = f.apply(x); w1_mine, b1_mine, w2_mine = w1.chunk(world_size, dim=0)[rank], b1.chunk(world_size)[rank], shard(w2, rank, world_size, dim=-1); y = g.apply(F.gelu(x_in @ w1_mine.t() + b1_mine) @ w2_mine.t())` # REJECT `x_in = f.apply(x); w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=0); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine))` `x_in = f.apply(x); w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=1), b1, shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine))` `x_in = f.apply(x); w1_mine, b1_mine, w2_mine = w1, b1, w2; y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine) / world_size)` `x_in = x; w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); y = g.apply(F.linear(F.gelu(F.linear(x_in, w1_mine, b1_mine)), w2_mine))`
+    return y + b2
 
 
 # %% [markdown]
@@ -588,7 +591,7 @@ grade(tp_mlp)
 # ($d \times d$) multiplies. **The situation**: $x$ whole on every rank; each rank must compute $H/N$ whole heads
 # (the softmax of a head needs all of its queries and keys), the same budget as the MLP: one
 # collective forward, one backward, $\frac{1}{N}$ of the work; the whole output on every rank.
-# The region begins with f (given) and ends with g, as in `tp_mlp`.
+# f and g are placed for you, and the given last line adds $b_o$.
 #
 # The plumbing, written for you: `split_heads` and `merge_heads` reshape between
 # `(batch, seq, heads * head_dim)` and `(batch, heads, seq, head_dim)`, `attend` is causal
@@ -632,8 +635,8 @@ def tp_attention(rank, world_size, x, wq, wk, wv, wo, bo, num_heads):
         raise ValueError(f"{num_heads} heads cannot be split evenly over {world_size} ranks")
     f, g = megatron_f_g()
     xf = f.apply(x)  # where the region begins
-    rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo  # BLANK `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo` this rank's heads, and y (a few statements) # ACCEPT `head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in (wq, wk, wv)); y = g.apply(merge_heads(attend(q, k, v)) @ wo[:, rows].t()) + bo` # REJECT `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[rows])) + bo` `rows = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows])) + bo` `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, rows]) / world_size) + bo`
-    return y
+    rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])  # BLANK `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])` this rank's heads, and what it hands g (a few statements) # ACCEPT `head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in (wq, wk, wv)); z = merge_heads(attend(q, k, v)) @ wo[:, rows].t()` # REJECT `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[rows])` `rows = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])` `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows]) / world_size`
+    return g.apply(z) + bo
 
 
 # %%
@@ -861,7 +864,7 @@ print("✓ 2 collectives forward, 2 backward")
 #
 # **The situation.** Megatron orders activations as **(sequence, batch, d)**, so the sequence is
 # dimension 0. At the end of a block every rank holds a tensor `t` over *every* position
-# (what g receives). **In between**, rank $r$ must hold only its positions of the sum of the
+# **In between**, rank $r$ must hold only its positions of the sum of the
 # ranks' `t`, rows $r\frac{s}{N}$ to $(r+1)\frac{s}{N} - 1$ (where the layer norm would run);
 # **at the end** every rank must hold the whole sum, for the next block. The second step is given:
 # `gather_rows(part)` returns every rank's `part`, stacked along dimension 0 in rank order.
@@ -975,7 +978,7 @@ grade(rows_of_sum)
 # In a sequence-parallel layer, f and g change. Where a tensor-parallel block **begins**, each
 # rank holds only its positions (after the sharded layer norm), but the block's first layer
 # needs every position: `enter`'s forward is `gather_rows`. Where it **ends**, each rank holds
-# a tensor over every position (what g receives), and the sharded region
+# a tensor over every position, and the sharded region
 # that follows wants only this rank's positions of the sum: `leave`'s forward is your
 # `rows_of_sum`. **At the end** of each backward, the gradient it returns must be the gradient
 # of the loss (computed once, the same on every rank) with respect to its input, on this rank.

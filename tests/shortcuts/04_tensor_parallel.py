@@ -48,42 +48,40 @@ SHORTCUTS = [
              "the partial sums all-gathered and added locally", "all_reduce"),
     # f and g
     Shortcut("megatron_f_g",
-             {1: "g_forward, f_backward, g_backward = all_reduce_sum, (lambda grad: (lambda t: ("
+             {1: "f_backward, g_backward = (lambda grad: (lambda t: ("
                  + _summed_by_gather("t") + ", t)[1])(grad.clone())), (lambda grad: grad)"},
              "f's backward sum from an all-gather", "all_reduce"),
     Shortcut("megatron_f_g",
-             {1: "g_forward, f_backward, g_backward = (lambda p: (lambda t: ("
-                 + _summed_by_gather("t") + ", t)[1])(p.clone())), all_reduce_sum, "
-                 "(lambda grad: grad)"},
-             "g's forward sum from an all-gather", "all_reduce"),
-    Shortcut("megatron_f_g",
-             {1: "g_forward, f_backward, g_backward = all_reduce_sum, all_reduce_sum, "
+             {1: "f_backward, g_backward = all_reduce_sum, "
                  "(lambda grad: all_reduce_sum(grad * 0) + grad)"},
              "a needless all-reduce in g's backward", "no communication"),
-    # the MLP (full weights: choosing the part is the exercise; f is given, the blank ends in g)
-    Shortcut("tp_mlp", {1: "w1_mine, b1_mine, w2_mine = None, None, shard(w2, rank, world_size, "
+    # the MLP (full weights: choosing the part is the exercise; f and g are in the blank, b2 given)
+    Shortcut("tp_mlp", {1: "x_in = f.apply(x); "
+                           "w1_mine, b1_mine, w2_mine = None, None, shard(w2, rank, world_size, "
                            "dim=1); y = g.apply(F.linear(" + BROADCAST_FIRST_LAYER
-                           + ", w2_mine)) + b2"},
+                           + ", w2_mine))"},
              "the whole first layer as a broadcast multiply-and-sum, then sliced", "work"),
-    Shortcut("tp_mlp", {1: "w1_mine, b1_mine, w2_mine = w1, b1, w2; "
+    Shortcut("tp_mlp", {1: "x_in = f.apply(x); "
+                           "w1_mine, b1_mine, w2_mine = w1, b1, w2; "
                            "y = g.apply(F.linear(F.gelu(F.linear(x_in, w1, b1)), w2) "
-                           "/ world_size) + b2"},
+                           "/ world_size)"},
              "the whole MLP on every rank, divided by N before g", "FLOPs"),
-    Shortcut("tp_mlp", {1: "w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=1), b1, "
+    Shortcut("tp_mlp", {1: "x_in = f.apply(x); "
+                           "w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=1), b1, "
                            "w2; hidden = F.gelu(g.apply(F.linear(shard(x_in, rank, "
                            "world_size, dim=-1), w1_mine)) + b1_mine); "
-                           "y = g.apply(F.linear(hidden, w2) / world_size) + b2"},
+                           "y = g.apply(F.linear(hidden, w2) / world_size)"},
              "the first layer cut by its inputs: its partial sums all-reduced before GeLU",
              "all_reduce"),
-    # attention (f is given, the blank ends in g)
+    # attention (f and g are given: the blank hands g its partial output)
     Shortcut("tp_attention",
              {1: "q, k, v = (split_heads(F.linear(xf, w), num_heads) for w in (wq, wk, wv)); "
-                 "y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo) / world_size) + bo"},
+                 "z = F.linear(merge_heads(attend(q, k, v)), wo) / world_size"},
              "every rank computes every head", "FLOPs"),
     Shortcut("tp_attention",
              {1: "q, k, v = (split_heads(F.linear(xf, w), num_heads) for w in (wq, wk, wv)); "
-                 "y = g.apply(F.linear(merge_heads(attend(q, k, v)), wo * (torch.arange("
-                 "wo.shape[1]) // (wo.shape[1] // world_size) == rank))) + bo"},
+                 "z = F.linear(merge_heads(attend(q, k, v)), wo * (torch.arange("
+                 "wo.shape[1]) // (wo.shape[1] // world_size) == rank))"},
              "every head computed, the other ranks' masked out", "FLOPs"),
     # the bytes, predicted
     Shortcut("mlp_bytes", {1: "yours, rows_twice = 2 * (n - 1) / n * b * d * e, "
@@ -127,25 +125,26 @@ HONEST = [
              {1: "partial = torch.matmul(x_shard, w_shard.T); dist.all_reduce(partial); "
                  "y = bias + partial"},
              "matmul, the default op, the bias first"),
-    Shortcut("megatron_f_g", {1: "g_forward, f_backward, g_backward = (lambda p: "
-                                 "all_reduce_sum(p.clone())), (lambda grad: all_reduce_sum("
+    Shortcut("megatron_f_g", {1: "f_backward, g_backward = (lambda grad: all_reduce_sum("
                                  "grad.clone())), torch.clone"},
              "copies for the sum and the identity"),
-    Shortcut("tp_mlp", {1: "w1_mine, b1_mine = w1.chunk(world_size, dim=0)[rank], "
+    Shortcut("tp_mlp", {1: "x_in = f.apply(x); "
+                           "w1_mine, b1_mine = w1.chunk(world_size, dim=0)[rank], "
                            "b1.chunk(world_size)[rank]; w2_mine = shard(w2, rank, world_size, "
                            "dim=-1); z = F.gelu(F.linear(x_in, w1_mine, b1_mine)) @ w2_mine.t(); "
-                           "y = b2 + g.apply(z)"},
+                           "y = g.apply(z)"},
              "chunk, the last dimension, the product written out"),
-    Shortcut("tp_mlp", {1: "k = w1.shape[0] // world_size; part = slice(rank * k, (rank + 1) * k); "
+    Shortcut("tp_mlp", {1: "x_in = f.apply(x); "
+                           "k = w1.shape[0] // world_size; part = slice(rank * k, (rank + 1) * k); "
                            "hidden = F.gelu(x_in @ w1[part].t() + b1[part]); "
-                           "y = g.apply(hidden @ w2[:, part].t()) + b2"},
+                           "y = g.apply(hidden @ w2[:, part].t())"},
              "the rows sliced by hand, the product written out"),
     Shortcut("tp_attention",
              {1: "head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; "
                  "rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); "
                  "q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in "
                  "(wq, wk, wv)); out = merge_heads(attend(q, k, v)); "
-                 "y = g.apply(out @ wo[:, rows].t()) + bo"},
+                 "z = out @ wo[:, rows].t()"},
              "the rows from the heads, the product written out"),
     Shortcut("mlp_bytes", {1: "ring = (n - 1) / n * e; yours, rows_twice = 2 * ring * b * d, "
                               "ring * b * h + ring * b * d"},
