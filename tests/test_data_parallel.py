@@ -45,9 +45,9 @@ def test_a_rank_that_hangs_fails_one_case_in_seconds():
                        "if self._step.setdefault(index, []).append(param) or "
                        "len(self._step[index]) == len(bucket): "
                        "flat = torch.cat([p.grad.flatten() for p in bucket]); "
-                       "self._step[index] = (dist.all_reduce(flat, op=dist.ReduceOp.AVG, "
-                       "async_op=True) if dist.get_rank() != 1 else "
-                       "__import__('types').SimpleNamespace(wait=lambda: None), flat)")
+                       "work = (dist.all_reduce(flat, async_op=True) if dist.get_rank() != 1 "
+                       "else __import__('types').SimpleNamespace(wait=lambda: None)); "
+                       "self._later.append(work.wait)")
     start = time.monotonic()
     complaint = fails("DDPBucketed", stuck)
     assert "never came" in complaint, complaint

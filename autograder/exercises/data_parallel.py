@@ -345,7 +345,7 @@ def _wrapper_case(rank, m, cls, case):
                 ddp.on_train_batch_start()
             log.clear()
             with recording(flops=False, saved=False) as rec:
-                loss = F.cross_entropy(ddp(xs[rank]), ys[rank])
+                loss = F.cross_entropy(ddp(xs[rank]), ys[rank]) / m  # arrives scaled
                 forward = len(rec.calls)
                 loss.backward()
                 returned = time.perf_counter()
@@ -745,7 +745,13 @@ def _check_wrapper(cls, rng, buckets: bool) -> None:
         for step, want in enumerate(oracle):
             here = f"{where}, step {step + 1}"
             for rank, (_, steps) in enumerate(entries):
-                _check_params(steps[step]["params"], want, here, rank, _param_names(spec))
+                try:
+                    _check_params(steps[step]["params"], want, here, rank, _param_names(spec))
+                except AssertionError as error:
+                    raise AssertionError(f"{error}\nThe loss each rank backpropagates is "
+                                         "already its share of the whole batch's mean (as "
+                                         "in section 1): combined over the ranks, the "
+                                         "gradients must give the whole batch's") from None
 
 
 def _check_step_communication(record: dict, expected: list, buckets: bool, m: int,
@@ -804,6 +810,8 @@ def DDPBucketed(cls, rng):  # registered under the class's name
 
 @exercise
 def accumulated_step(fn, rng):
+    import torch
+
     from distlab import require_filled
 
     require_filled(fn)
@@ -811,9 +819,18 @@ def accumulated_step(fn, rng):
     for index, m in enumerate(_world_sizes(rng)):
         spec = _spec(rng, tied=False, frozen=False)
         k = [3, 4, 2, 1][index]
-        batches = _batches(rng, spec, m * k, 2)  # per step: m * k micro-batches of one size
-        steps = [[([xs[r * k + j] for r in range(m)], [ys[r * k + j] for r in range(m)])
-                  for j in range(k)] for xs, ys in batches]
+        batches, steps = [], []
+        for _ in range(2):  # micro-batches of unequal sizes, the same sizes on every rank
+            sizes = [int(v) for v in rng.integers(1, 6, k)]
+            while k > 1 and len(set(sizes)) == 1:
+                sizes = [int(v) for v in rng.integers(1, 6, k)]
+            xs = [[torch.from_numpy(rng.standard_normal((n, spec["sizes"][0]))) for n in sizes]
+                  for _ in range(m)]
+            ys = [[torch.from_numpy(rng.integers(0, spec["sizes"][-1], n)) for n in sizes]
+                  for _ in range(m)]
+            steps.append([([xs[r][j] for r in range(m)], [ys[r][j] for r in range(m)])
+                          for j in range(k)])
+            batches.append(([t for row in xs for t in row], [t for row in ys for t in row]))
         cases.append({"world_size": m, "k": k, "spec": spec,
                       "optimizer": "SGD" if index % 2 == 0 else "AdamW",
                       "lr": float(rng.uniform(0.1, 0.4)), "steps": steps,
@@ -825,14 +842,21 @@ def accumulated_step(fn, rng):
                        [{k: v for k, v in c.items() if k != "oracle"} for c in cases])
     for index, case in enumerate(cases):
         m, k = case["world_size"], case["k"]
-        where = f"world_size={m}, {k} micro-batches per step, {case['optimizer']}"
+        sizes = "" if k == 1 else " of unequal sizes"
+        where = f"world_size={m}, {k} micro-batches{sizes} per step, {case['optimizer']}"
         entries = _entries(results, index, m)
         first_rank_failure(where, entries)
         for step, want in enumerate(case["oracle"]):
             here = f"{where}, step {step + 1}"
             for rank, (_, steps) in enumerate(entries):
-                _check_params(steps[step]["params"], want, here, rank,
-                              _param_names(case["spec"]))
+                try:
+                    _check_params(steps[step]["params"], want, here, rank,
+                                  _param_names(case["spec"]))
+                except AssertionError as error:
+                    raise AssertionError(f"{error}\nEvery sample of the step must weigh the "
+                                         "same in the mean: look at which backward "
+                                         "communicates, and at what each micro-batch's loss "
+                                         "weighs") from None
         for rank, (_, steps) in enumerate(entries):
             for step, record in enumerate(steps):
                 if record["calls"] != record["per_backward"]:

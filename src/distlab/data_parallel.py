@@ -1,7 +1,7 @@
 """Notebook 03 (data parallel): its model and data, instruments for the ranks, its pictures.
 
     model = mlp()                               # a 784-256-10 MLP (MNIST-sized inputs)
-    model = toy_model(seed=rank)                # buffer, frozen weight, tied weights
+    model = toy_model(seed=rank)                # a small 16-input, 4-class model
     dataset = synthetic_digits(1000)            # 784 features, 10 classes, learnable
     with watch_all_reduce() as log:             # on a rank: every dist.all_reduce, timed
         ...
@@ -40,9 +40,8 @@ def mlp(sizes=(784, 256, 10), seed: int = 0) -> nn.Sequential:
 
 
 class ToyNet(nn.Module):
-    """16 -> 32 -> 32 -> 32 -> 4 with tanh, and the three things a DDP must get right: a
-    buffer (`scale`, multiplies the input), a frozen weight (layer 0's), and a weight matrix
-    shared by two layers (layers 1 and 2: tied)."""
+    """16 -> 32 -> 32 -> 32 -> 4 with tanh; the input is scaled by `scale`, layer 0's weight
+    is frozen, and layers 1 and 2 share one weight matrix."""
 
     def __init__(self):
         super().__init__()

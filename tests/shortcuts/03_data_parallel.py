@@ -4,10 +4,12 @@ Blank numbers as the released cells number them: sync_sgd_step 1 (the count's al
 the loss this rank backpropagates, shards of unequal sizes);
 broadcast_parameters 1 (the whole loop: which tensors, which collective); ddp_train 1-5
 (backend, wrapper, sampler, shuffle, set_epoch: API); DDPIndividualParameters 1 (the hook's
-statement), 2 (the finish); DDPBucketed 1 (fill_buckets' whole body: order and close), 2 (the
-hook's launch: completeness, one tensor, asynchronous), 3 (the finish: wait, copy back);
+body: start the all-reduce, leave its wait for the given finish; the loss arrives scaled, so a
+plain sum); DDPBucketed 1 (fill_buckets' whole body: order and close), 2 (the hook's body:
+completeness, one tensor, asynchronous, and what the finish must do: wait, copy back);
 predicted_all_reduces 1 (the prediction);
-accumulated_step 1 (the micro-batch's context and loss); ParameterServer 1 (the fixed pull).
+accumulated_step 1 (the micro-batch's context and its share of the samples: micro-batches of
+unequal sizes); ParameterServer 1 (the fixed pull).
 """
 
 from shortcuts import Shortcut
@@ -23,13 +25,13 @@ for p in {order}:
 return buckets + ([bucket] if bucket else [])"""
 COUNT = "if self._step.setdefault(index, []).append(param) or len(self._step[index]) == len(bucket)"
 FLAT = "flat = torch.cat([q.grad.flatten() for q in bucket])"
-LAUNCH = "self._step[index] = (dist.all_reduce(flat, op=dist.ReduceOp.AVG, async_op=True), flat)"
-FINISH = """for index, bucket in enumerate(self.buckets):
-    work, flat = self._step[index]
-    {wait}
-    for q, piece in zip(bucket, flat.split([r.numel() for r in bucket])):
-        {copy}"""
-LOSS = "(F.cross_entropy(model(x), y) / k).backward()"
+LAUNCH = "work = dist.all_reduce(flat, async_op=True)"
+COPY = ("[q.grad.copy_(piece.view_as(q.grad)) "
+        "for q, piece in zip(bucket, flat.split([r.numel() for r in bucket]))]")
+HOOK = COUNT + ": " + FLAT + "; {launch}; self._later.append(lambda: {then})"
+START = "work = dist.all_reduce(param.grad, async_op=True)"
+LAST = "with model.no_sync() if y is not micro_batches[-1][1] else contextlib.nullcontext(): "
+SHARE = 'F.cross_entropy(model(x), y, reduction="sum") / sum(len(t) for _, t in micro_batches)'
 
 SHORTCUTS = [
     Shortcut("sync_sgd_step", {1: f"loss = {MEAN} / dist.get_world_size()"},
@@ -64,28 +66,22 @@ SHORTCUTS = [
     Shortcut("ddp_train", {3: "DistributedSampler(dataset, shuffle=False)"},
              "an unshuffled sampler", "single-process"),
     Shortcut("DDPIndividualParameters",
-             {1: "dist.all_reduce(param.grad, op=dist.ReduceOp.AVG); self._in_flight.append("
-                 "__import__('types').SimpleNamespace(wait=lambda: None))"},
+             {1: "dist.all_reduce(param.grad); self._later.append(lambda: None)"},
              "a blocking all-reduce in the hook", "overlap"),
     Shortcut("DDPIndividualParameters",
-             {1: "work = dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, async_op=True); "
-                 "work.wait(); self._in_flight.append(work)"},
+             {1: f"{START}; work.wait(); self._later.append(work.wait)"},
              "the hook waits for its all-reduce", "overlap"),
-    Shortcut("DDPIndividualParameters",
-             {1: "dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, async_op=True)"},
+    Shortcut("DDPIndividualParameters", {1: START},
              "the handles dropped, never waited for", "wait"),
-    Shortcut("DDPIndividualParameters", {2: "self._in_flight.clear()"},
-             "the finish drops the handles", "wait"),
+    Shortcut("DDPIndividualParameters", {1: f"{START}; self._later[:] = [work.wait]"},
+             "only the last all-reduce left for the finish", "wait"),
     Shortcut("DDPIndividualParameters",
-             {2: "self._in_flight and self._in_flight.pop().wait(); self._in_flight.clear()"},
-             "the finish waits for the last handle only", "wait"),
+             {1: "work = dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, async_op=True); "
+                 "self._later.append(work.wait)"},
+             "averaged again, though the loss arrives scaled", "share"),
     Shortcut("DDPIndividualParameters",
-             {1: "self._in_flight.append(dist.all_reduce(param.grad, async_op=True))"},
-             "the sum, not the mean", "single-process"),
-    Shortcut("DDPIndividualParameters",
-             {1: 'self.__dict__.setdefault("_torch_ddp", DDP(self.module, init_sync=False)) and '
-                 'self._in_flight.append(dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, '
-                 'async_op=True))'},
+             {1: 'self.__dict__.setdefault("_torch_ddp", DDP(self.module, init_sync=False)); '
+                 f"{START}; self._later.append(work.wait)"},
              "PyTorch's DDP alongside", "DistributedDataParallel"),
     Shortcut("DDPBucketed", {1: "return [[p] for p in reversed(params)]"},
              "one bucket per parameter", "more all-reduces"),
@@ -101,22 +97,23 @@ SHORTCUTS = [
              "the cap counted in elements, not bytes", "bucket"),
     Shortcut("DDPBucketed",
              {2: "if True: flat = torch.cat([q.grad.flatten() if q.grad is not None else "
-                 "torch.zeros(q.numel(), dtype=q.dtype) for q in bucket]); " + LAUNCH},
+                 "torch.zeros(q.numel(), dtype=q.dtype) for q in bucket]); " + LAUNCH
+                 + f"; self._later.append(lambda: [work.wait()] + {COPY})"},
              "a bucket launched before it is complete", "bucket"),
     Shortcut("DDPBucketed",
-             {2: f"{COUNT}: {FLAT}; dist.all_reduce(flat, op=dist.ReduceOp.AVG); "
-                 "self._step[index] = (__import__('types').SimpleNamespace(wait=lambda: None), "
-                 "flat)"},
+             {2: HOOK.format(launch="dist.all_reduce(flat)", then=COPY)},
              "each bucket all-reduced blocking in the hook", "overlap"),
-    Shortcut("DDPBucketed",
-             {3: FINISH.format(wait="work.wait()", copy="pass")},
+    Shortcut("DDPBucketed", {2: HOOK.format(launch=LAUNCH, then="work.wait()")},
              "the copy-back missing", ".grad"),
-    Shortcut("DDPBucketed",
-             {3: FINISH.format(wait="pass", copy="q.grad.copy_(piece.view_as(q.grad))")},
+    Shortcut("DDPBucketed", {2: HOOK.format(launch=LAUNCH, then=COPY)},
              "the handles never waited for", "wait"),
     Shortcut("DDPBucketed",
+             {2: HOOK.format(launch="work = dist.all_reduce(flat, op=dist.ReduceOp.AVG, "
+                                    "async_op=True)", then=f"[work.wait()] + {COPY}")},
+             "averaged again, though the loss arrives scaled", "share"),
+    Shortcut("DDPBucketed",
              {2: 'self.__dict__.setdefault("_torch_ddp", DDP(self.module, init_sync=False))\n'
-                 f"{COUNT}: {FLAT}; {LAUNCH}"},
+                 + HOOK.format(launch=LAUNCH, then=f"[work.wait()] + {COPY}")},
              "PyTorch's DDP built inside", "DistributedDataParallel"),
     Shortcut("predicted_all_reduces",
              {1: "[p.numel() for p in __import__('distlab.data_parallel', fromlist=['mlp'])"
@@ -126,15 +123,17 @@ SHORTCUTS = [
              {1: "[1024 * 256 + 1024 + 1024 * 1024, 1024 + 1024 * 1024 + 1024, 10240 + 10]"},
              "buckets filled in forward order", "backward's order"),
     Shortcut("accumulated_step",
-             {1: "with contextlib.nullcontext(): " + LOSS},
+             {1: f"with contextlib.nullcontext(): ({SHARE}).backward()"},
              "every micro-batch communicates", "one backward"),
     Shortcut("accumulated_step",
-             {1: "with contextlib.nullcontext() if i == 0 else model.no_sync(): " + LOSS},
-             "the first micro-batch communicates", "single-process"),
+             {1: "with contextlib.nullcontext() if y is micro_batches[0][1] else model.no_sync(): "
+                 f"({SHARE}).backward()"},
+             "the first micro-batch communicates", "which backward"),
     Shortcut("accumulated_step",
-             {1: "with contextlib.nullcontext() if i == k - 1 else model.no_sync(): "
-                 "F.cross_entropy(model(x), y).backward()"},
-             "the micro-batches' losses summed, not averaged", "single-process"),
+             {1: LAST + "(F.cross_entropy(model(x), y) / len(micro_batches)).backward()"},
+             "each micro-batch weighed 1/k, though their sizes differ", "weighs"),
+    Shortcut("accumulated_step", {1: LAST + "F.cross_entropy(model(x), y).backward()"},
+             "the micro-batches' losses summed, not averaged", "weighs"),
     Shortcut("ParameterServer", {1: "self.params, self.version"},
              "a pull hands out the server's tensor", "weights"),
 ]
@@ -149,8 +148,8 @@ HONEST = [
                  "loss = F.cross_entropy(model(x), y).mul(len(y)).div(total)"},
              "the mean scaled by the shard's share"),
     Shortcut("DDPIndividualParameters",
-             {2: "[work.wait() for work in self._in_flight]; self._in_flight.clear()"},
-             "every handle waited for, then the list cleared"),
+             {1: "self._later.append(dist.all_reduce(param.grad, async_op=True).wait)"},
+             "the handle's wait appended directly"),
     Shortcut("broadcast_parameters",
              {1: "for tensor in module.state_dict().values(): dist.broadcast(tensor, src=0)"},
              "the state dict's tensors"),
@@ -165,34 +164,42 @@ HONEST = [
                  "drop_last=True)"},
              "the remainder dropped instead of padded"),
     Shortcut("DDPIndividualParameters",
-             {1: "param.grad /= dist.get_world_size(); "
-                 "self._in_flight.append(dist.all_reduce(param.grad, async_op=True))"},
-             "divided first, then summed"),
+             {1: "handle = dist.all_reduce(param.grad, op=dist.ReduceOp.SUM, async_op=True)\n"
+                 "self._later.append(lambda: handle.wait())"},
+             "a lambda that waits, the sum named"),
     Shortcut("DDPBucketed",
              {1: FILL.format(order="params[::-1]", close=">="),
               2: "if self._step.setdefault(index, set()).add(param) or "
                  "self._step[index] == set(bucket): "
                  "flat = torch._utils._flatten_dense_tensors([q.grad for q in bucket]); "
-                 + LAUNCH},
+                 + LAUNCH + f"; self._later.append(lambda: (work.wait(), {COPY}))"},
              "a loop with running size; the arrivals as a set"),
     Shortcut("DDPBucketed",
              {2: "self._step[index] = self._step.get(index, 0) + 1\n"
                  "if self._step[index] == len(bucket):\n"
-                 "    flat = torch.cat([q.grad.reshape(-1) for q in bucket]) "
-                 "/ dist.get_world_size()\n"
-                 "    self._step.setdefault('sent', []).append("
-                 "(dist.all_reduce(flat, async_op=True), bucket, flat))",
-              3: "for work, bucket, flat in self._step['sent']:\n"
-                 "    work.wait()\n"
-                 "    for q, new in zip(bucket, torch._utils._unflatten_dense_tensors("
+                 "    flat = torch.cat([q.grad.reshape(-1) for q in bucket])\n"
+                 "    work = dist.all_reduce(flat, async_op=True)\n"
+                 "    def land(work=work, flat=flat, bucket=bucket):\n"
+                 "        work.wait()\n"
+                 "        for q, new in zip(bucket, torch._utils._unflatten_dense_tensors("
                  "flat, [q.grad for q in bucket])):\n"
-                 "        q.grad.copy_(new)"},
-             "a count per bucket, a list of handles, unflattened back; divided before the sum"),
+                 "            q.grad.copy_(new)\n"
+                 "    self._later.append(land)"},
+             "a count per bucket, a nested function that waits and unflattens back"),
     Shortcut("predicted_all_reduces", {1: "[1059850, 1049600, 263168]"}, "the numbers"),
     Shortcut("accumulated_step",
-             {1: "with model.no_sync() if i + 1 < len(micro_batches) else "
-                 "contextlib.nullcontext(): F.cross_entropy(model(x), y).div(k).backward()"},
-             "counted from one, the other way round"),
+             {1: "share = len(y) / sum(len(t) for _, t in micro_batches)\n"
+                 "last = y is micro_batches[-1][1]\n"
+                 "with contextlib.nullcontext() if last else model.no_sync():\n"
+                 "    (F.cross_entropy(model(x), y) * share).backward()"},
+             "the share and the last micro-batch named first"),
+    Shortcut("accumulated_step",
+             {1: "if y is micro_batches[-1][1]:\n"
+                 f"    ({SHARE}).backward()\n"
+                 "else:\n"
+                 "    with model.no_sync():\n"
+                 f"        ({SHARE}).backward()"},
+             "an if and an else"),
     Shortcut("ParameterServer", {1: "self.params.detach().clone(), self.version"},
              "a detached copy"),
 ]

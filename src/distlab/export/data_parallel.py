@@ -49,7 +49,7 @@ def check_DDPBucketed(ranks, DDPBucketed):  # noqa: N802 - named after the exerc
 
     def train_step(ddp, optimizer, x, y):
         ddp.on_train_batch_start()
-        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        (torch.nn.functional.cross_entropy(ddp(x), y) / n).backward()  # 3b's loop: scaled
         ddp.finish_gradient_synchronization()
         optimizer.step()
         optimizer.zero_grad()
