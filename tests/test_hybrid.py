@@ -60,8 +60,19 @@ def test_tied_groups_across_replicas_fail_naming_the_pipeline():
 def test_blocks_left_as_fsdp_roots_fail_on_the_budget():
     """Does shard_2d without the whole model's unit (each block a root, whole from forward to
     backward: the run's 2 all-gathers for 2 blocks) fail, naming the root?"""
-    complaint = fails("shard_2d", nb.variant("shard_2d", 2, "pass"))
+    complaint = fails("shard_2d", nb.variant("shard_2d", 2, "list(model)"))
     assert "all-gather" in complaint and "root" in complaint, complaint
+
+
+def test_the_whole_model_as_one_unit_fails_on_the_budget():
+    """Does shard_2d with the model as its only unit (every block gathered at once) fail?"""
+    complaint = fails("shard_2d", nb.variant("shard_2d", 2, "[model]"))
+    assert "all-gather" in complaint and "in one unit" in complaint, complaint
+
+
+def test_the_model_unit_made_first_fails():
+    """Does fully_shard on the model before its blocks fail (the blocks left nothing)?"""
+    assert fails("shard_2d", nb.variant("shard_2d", 2, "[model, *model]"))
 
 
 @pytest.mark.parametrize("name", PURE + ON_RANKS)

@@ -728,12 +728,16 @@ def shard_2d(fn, rng):
             gathers = sum(n for op, n in got["calls"].items() if "allgather" in op
                           or "all_gather" in op)
             if gathers != 2 * blocks:
+                why = ("several blocks in one unit, gathered together" if gathers < blocks else
+                       "a block kept whole from its forward to its backward: a unit that no "
+                       "other unit holds is a root, and FSDP2 does not free a root's weights "
+                       "after its forward" if gathers < 2 * blocks else
+                       "more all-gathers than one unit per block needs")
                 raise AssertionError(
                     f"{where}: rank {rank}'s first step made {gathers} all-gather(s) for "
                     f"{blocks} blocks, {got['calls']}; within ZeRO-3's budget each block is "
                     "gathered for its forward, freed, and gathered again for its backward: "
-                    f"{2 * blocks}. A unit that no other unit holds is a root, and FSDP2 "
-                    "keeps a root's weights gathered from its forward to its backward")
+                    f"{2 * blocks}. Yours: {why}")
 
 
 def _oracle_layout(rows, limit):

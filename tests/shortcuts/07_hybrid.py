@@ -1,9 +1,9 @@
 """Shortcuts of notebook 07 (DP x TP x PP): blank fills that earn the values without the idea
 (every TP rank computing the whole block, a replica counted from the global rank, gradients
-averaged over the world or the TP group, blocks left as FSDP roots, fc2's bias inside g,
-the tied weight's gradients summed over the wrong ranks, the replicated parameters divided by
-TP, ZeRO-1 ignored, the fewest stages before the least
-model parallelism, ties left to row order), and correct answers written otherwise."""
+averaged over the world or the TP group, blocks left as FSDP roots or gathered together,
+fc2's bias inside g, the tied weight's gradients summed over the wrong ranks, the replicated
+parameters divided by TP, ZeRO-1 ignored, the fewest stages before the least model
+parallelism, ties left to row order), and correct answers written otherwise."""
 
 from shortcuts import Shortcut
 
@@ -26,8 +26,13 @@ SHORTCUTS = [
                              f"dist.get_world_size() // {TP}; " + R},
              "the replica counted from the global rank (right only with one pipeline stage)",
              "not a count from its global rank"),
-    Shortcut("shard_2d", {2: "pass"}, "every block left an FSDP root, whole from forward to "
-                                      "backward", "root"),
+    Shortcut("shard_2d", {2: "list(model)"}, "every block left an FSDP root, whole from "
+                                             "forward to backward", "root"),
+    Shortcut("shard_2d", {2: "[model]"}, "the whole model one FSDP unit, every block gathered "
+                                         "at once", "in one unit"),
+    Shortcut("shard_2d", {2: "[model[0], model]"}, "one block a unit, the others left to the "
+                                                   "root, whole from forward to backward",
+             "root"),
     Shortcut("shard_2d", {1: '{"fc1": RowwiseParallel(), "fc2": ColwiseParallel()}'},
              "the two linears' splits swapped", "features"),
     Shortcut("train_3d", {2: 'dist.all_reduce(param.grad, group=groups["tp"]); '
@@ -63,8 +68,8 @@ HONEST = [
                              'group=groups.get("dp"))'},
              "the group's own rank and size methods, the average by ReduceOp.AVG"),
     Shortcut("shard_2d", {1: 'dict(fc2=RowwiseParallel(), fc1=ColwiseParallel())',
-                          2: "fully_shard(model)"}, "the plan by dict(), the root on the "
-                                                    "default mesh"),
+                          2: "list(model) + [model]"}, "the plan by dict(), the units by "
+                                                       "list concatenation"),
     Shortcut("tied_groups", {1: "[[g[0], g[-1]] for g in group_ranks(shape, 0)]"},
              "first and last of each pipeline, twice the same rank with one stage"),
     Shortcut("choose_layout", {1: "lambda layout: (-layout[0], layout[2])"},
