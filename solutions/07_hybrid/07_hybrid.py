@@ -155,7 +155,7 @@ print("✓ your groups and coordinates are the DeviceMesh's, on every rank")
 # ## 2. TP inside a block, then DP across
 #
 # The model: two pre-norm MLP blocks, the half of a transformer block that holds two thirds of
-# its weights (attention splits the same way, by heads: notebook 04). A block computes
+# its weights with ff = 4h (attention splits the same way, by heads: notebook 04). A block computes
 # $x + W_2\,\mathrm{gelu}(W_1\,\mathrm{LN}(x) + b_1) + b_2$, with $W_1$ of shape (ff, hidden)
 # and $W_2$ (hidden, ff). Tiny, and in float64, so that rounding cannot hide a mistake.
 
@@ -328,8 +328,8 @@ grade(TPBlock)
 # block's weights are whole (gathered over DP) only around its own computation. Per step and
 # per block: one all-gather before its forward, its weights **freed** after its forward, one
 # all-gather before its backward, one reduce-scatter of its gradients. At any moment at most
-# two blocks are whole: the one computing and, in backward, the one FSDP2 prefetches (it starts
-# the previous block's all-gather when a block's backward begins).
+# two blocks are whole: the one computing and the one FSDP2 prefetches (the next block's
+# all-gather in forward, the previous block's when a block's backward begins).
 #
 # The API, on other modules than the blanks':
 #
@@ -346,9 +346,10 @@ grade(TPBlock)
 # * `fully_shard(module, mesh=dp_mesh)` makes `module` one FSDP unit: the parameters under it
 #   that no unit made before holds are sharded over `dp_mesh`, all-gathered before the
 #   module's forward and before its backward, and freed after each. Its argument
-#   `reshard_after_forward` (the freeing after forward) defaults to true, and FSDP2 sets it
-#   false on a **root** state, a unit that no other unit holds, since for training its backward
-#   follows at once.
+#   `reshard_after_forward` (the freeing after forward) defaults to `None`: true for a unit
+#   that another unit holds, false for a **root** state, a unit that no other unit holds,
+#   since for training its backward follows at once; an explicit `True` on the root is
+#   honoured.
 #
 # The check trains 3 steps on 4 ranks (DP 2 x TP 2), compares what each rank's model computes
 # with one process's, and counts the collectives of the first step with `CommDebugMode`.
@@ -458,7 +459,7 @@ grade(shard_2d)
 # ```
 #
 # On 4 ranks of pure data parallelism (PP 1 x DP 4 x TP 1) it trained exactly like one
-# process; on this notebook's 8-rank grid it does not. Blank [2] is that line, fixed.
+# process; on this notebook's 8-rank grid it does not. Blank [1] is that line, fixed.
 
 # %% solution="train_3d" drill
 def train_3d(stage, x, y, groups, steps=2, lr=0.1, micro_batches=2):
@@ -467,7 +468,8 @@ def train_3d(stage, x, y, groups, steps=2, lr=0.1, micro_batches=2):
     (the same on every rank). Returns stage."""
     pipeline = dist.get_process_group_ranks(groups["pp"])  # its global ranks, stage by stage
     p, last = pipeline.index(dist.get_rank()), len(pipeline) - 1  # this rank's stage, the last
-    d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)  # BLANK `d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` this rank's micro-batches of x and of y # ACCEPT `d, n_d = groups["dp"].rank(), groups["dp"].size(); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` # REJECT `d, n_d = dist.get_rank(), dist.get_world_size(); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` `d, n_d = dist.get_rank(groups["tp"]), dist.get_world_size(groups["tp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` `d, n_d = dist.get_rank(groups["pp"]), dist.get_world_size(groups["pp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` `d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(micro_batches), y.chunk(micro_batches)`
+    d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"])  # its DP group
+    xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)  # its rows
     for _ in range(steps):
         stage.zero_grad()
         inputs, outputs = [], []
@@ -524,8 +526,8 @@ for rank, params in enumerate(run(run_3d, (2, 2, 2), world_size=8)):
 print("✓ PP 2 x DP 2 x TP 2 on 8 ranks: every rank's parts equal single-process training")
 reveal("train_3d")
 
-# %% tests="train_3d_tests" points=2
-# Hidden tests (2 points): layouts PP x DP x TP of 2 to 8 ranks, random batches; the rows
+# %% tests="train_3d_tests" points=1
+# Hidden tests (1 point): layouts PP x DP x TP of 2 to 8 ranks, random batches; the rows
 # each rank trained on, parameters against single-process SGD, who sends what to whom, and
 # in which groups the gradients are all-reduced.
 ### BEGIN HIDDEN TESTS
@@ -551,7 +553,7 @@ grade(train_3d)
 # keeps a copy of $E$ on both (here whole on every TP rank, like the LayerNorm). Each copy's
 # backward gives the gradient of one of $E$'s two uses; before the update, which the copies
 # make alike, each copy's gradient must become the sum of both uses' on the same rows, the
-# gradient one process would get. (The DP average then runs as for every other parameter.)
+# gradient one process would get (then reduced like every other parameter).
 # Megatron-LM builds one process group for this, its "embedding group", next to the PP, DP
 # and TP groups.
 #
@@ -630,7 +632,7 @@ grade(tied_groups)
 #   the micro-batches: 2 x (blocks of the stage) x (the replica's rows x seq x hidden).
 # * **PP**: per micro-batch, one activation forward and one gradient back over each boundary
 #   the stage touches (one for the first and the last stage, two in between).
-# * **DP**: what `train_3d`'s gradient reduction carries.
+# * **DP**: yours to predict.
 #
 # `dims` describes the model: `blocks` (all stages together, a multiple of PP), `hidden`, `ff`
 # (a multiple of TP), `seq`; `rows` is the whole batch, `itemsize` bytes per value.
@@ -644,14 +646,14 @@ def group_bytes(dims, shape, rows, micro_batches, itemsize=8):
     activations = rows // dp * seq * hidden * itemsize  # the replica's rows, all micro-batches
     return {
         "tp": 2 * stage_blocks * activations if tp > 1 else 0,
-        "dp": stage_blocks * ((2 * hidden * ff + ff) / tp + 3 * hidden) * itemsize if dp > 1 else 0,  # BLANK `stage_blocks * ((2 * hidden * ff + ff) / tp + 3 * hidden) * itemsize` the DP average's bytes on this rank # ACCEPT `stage_blocks * ((2 * hidden * ff + ff) // tp + 3 * hidden) * itemsize` `stage_blocks * itemsize * (2 * hidden * ff / tp + ff / tp + 3 * hidden)` # REJECT `stage_blocks * (2 * hidden * ff + ff + 3 * hidden) / tp * itemsize` `stage_blocks * (2 * hidden * ff + ff + 3 * hidden) * itemsize` `stage_blocks * ((2 * hidden * ff + ff) / tp + 2 * hidden) * itemsize` `dims["blocks"] * ((2 * hidden * ff + ff) / tp + 3 * hidden) * itemsize`
+        "dp": stage_blocks * ((2 * hidden * ff + ff) / tp + 3 * hidden) * itemsize if dp > 1 else 0,  # BLANK `stage_blocks * ((2 * hidden * ff + ff) / tp + 3 * hidden) * itemsize` bytes on this rank # ACCEPT `stage_blocks * ((2 * hidden * ff + ff) // tp + 3 * hidden) * itemsize` `stage_blocks * itemsize * (2 * hidden * ff / tp + ff / tp + 3 * hidden)` # REJECT `stage_blocks * (2 * hidden * ff + ff + 3 * hidden) / tp * itemsize` `stage_blocks * (2 * hidden * ff + ff + 3 * hidden) * itemsize` `stage_blocks * ((2 * hidden * ff + ff) / tp + 2 * hidden) * itemsize` `dims["blocks"] * ((2 * hidden * ff + ff) / tp + 3 * hidden) * itemsize`
         "pp": 2 * min(pp - 1, 2) * activations,
     }
 
 
 # %% [markdown]
 # The check: section 3's run again, counted (`count_by_group` records each all-reduce with its
-# group's ranks, each send and recv with the pipeline of its two ranks), beside your prediction.
+# group's ranks, none on a group of one rank, which moves nothing, each send and recv with the pipeline of its two ranks), beside your prediction.
 
 # %%
 require_filled(group_bytes)

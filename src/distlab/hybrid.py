@@ -88,9 +88,9 @@ class GroupCalls:
 @contextlib.contextmanager
 def count_by_group(names: dict):
     """On a rank: record every torch.distributed all_reduce, broadcast, send and recv in the
-    block with its group's ranks. A send or recv belongs to the group of its two ranks:
-    `names` may name such a pair (e.g. {"pp": (0, 4)}) to see it; names maps group names to
-    ranks."""
+    block with its group's ranks (none on a group of one rank: it moves nothing). A send or
+    recv belongs to the group of its two ranks: `names` may name such a pair (e.g.
+    {"pp": (0, 4)}) to see it; names maps group names to ranks."""
     import torch.distributed as dist
 
     counter = GroupCalls({name: tuple(ranks) for name, ranks in names.items()})
@@ -107,7 +107,8 @@ def count_by_group(names: dict):
                 ranks = _pair_group(counter.names, ranks)
             else:
                 ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
-            counter.calls.append((name, ranks, tensor.numel() * tensor.element_size()))
+            if len(ranks) > 1:  # a group of one rank moves nothing
+                counter.calls.append((name, ranks, tensor.numel() * tensor.element_size()))
             return real(*args, **kwargs)
         return call
 

@@ -1,14 +1,11 @@
 """Shortcuts of notebook 07 (DP x TP x PP): blank fills that earn the values without the idea
-(every TP rank computing the whole block, a replica counted from the global rank, gradients
-averaged over the world or the TP group, blocks left as FSDP roots or gathered together,
-fc2's bias inside g, the tied weight's gradients summed over the wrong ranks, the replicated
-parameters divided by TP, ZeRO-1 ignored, the fewest stages before the least model
-parallelism, ties left to row order), and correct answers written otherwise."""
+(every TP rank computing the whole block, gradients averaged over the world or the TP group,
+blocks left as FSDP roots or gathered together, fc2's bias inside g, the tied weight's
+gradients summed over the wrong ranks, the replicated parameters divided by TP, ZeRO-1
+ignored, the fewest stages before the least model parallelism, ties left to row order), and
+correct answers written otherwise."""
 
 from shortcuts import Shortcut
-
-R = "xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)"
-TP = 'dist.get_world_size(groups["tp"])'
 
 SHORTCUTS = [
     Shortcut("TPBlock", {1: "x + F.linear(h, self.w2) + self.b2"},
@@ -18,14 +15,8 @@ SHORTCUTS = [
     Shortcut("TPBlock", {1: "x + self.g.apply(F.linear(h, self.w2, self.b2)) - "
                             "(dist.get_world_size() - 1) * self.b2"},
              "fc2's bias added on every rank, then taken off the world's count", "fc2.bias"),
-    Shortcut("train_3d", {2: "dist.all_reduce(param.grad); param.grad /= dist.get_world_size()"},
+    Shortcut("train_3d", {1: "dist.all_reduce(param.grad); param.grad /= dist.get_world_size()"},
              "the bug report's line kept: gradients averaged over the world", "world"),
-    Shortcut("train_3d", {1: "d, n_d = 0, 1; " + R}, "every replica trains on the whole batch",
-             "DP group"),
-    Shortcut("train_3d", {1: f"d, n_d = dist.get_rank() // {TP}, "
-                             f"dist.get_world_size() // {TP}; " + R},
-             "the replica counted from the global rank (right only with one pipeline stage)",
-             "not a count from its global rank"),
     Shortcut("shard_2d", {2: "list(model)"}, "every block left an FSDP root, whole from "
                                              "forward to backward", "root"),
     Shortcut("shard_2d", {2: "[model]"}, "the whole model one FSDP unit, every block gathered "
@@ -35,7 +26,7 @@ SHORTCUTS = [
              "root"),
     Shortcut("shard_2d", {1: '{"fc1": RowwiseParallel(), "fc2": ColwiseParallel()}'},
              "the two linears' splits swapped", "features"),
-    Shortcut("train_3d", {2: 'dist.all_reduce(param.grad, group=groups["tp"]); '
+    Shortcut("train_3d", {1: 'dist.all_reduce(param.grad, group=groups["tp"]); '
                           'param.grad /= n_d'},
              "the gradient averaged over the TP group (a grid with TP > 1)", "in its TP group"),
     Shortcut("tied_groups", {1: "[[g[0] for g in group_ranks(shape, 0)] + "
@@ -63,10 +54,9 @@ HONEST = [
              "the other coordinates, by enumerate"),
     Shortcut("TPBlock", {1: "x + self.b2 + self.g.apply(F.linear(h, self.w2))"},
              "the bias first"),
-    Shortcut("train_3d", {1: 'd, n_d = groups["dp"].rank(), groups["dp"].size(); ' + R,
-                          2: 'dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, '
+    Shortcut("train_3d", {1: 'dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, '
                              'group=groups.get("dp"))'},
-             "the group's own rank and size methods, the average by ReduceOp.AVG"),
+             "the average by ReduceOp.AVG"),
     Shortcut("shard_2d", {1: 'dict(fc2=RowwiseParallel(), fc1=ColwiseParallel())',
                           2: "list(model) + [model]"}, "the plan by dict(), the units by "
                                                        "list concatenation"),
