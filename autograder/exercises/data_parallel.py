@@ -1005,8 +1005,12 @@ def predicted_all_reduces(fn, rng):  # noqa: ARG001 - one fixed case
                       if type(node).__name__ not in ARITHMETIC})
         if odd:
             raise AssertionError("the prediction runs code (" + ", ".join(odd) + "): a "
-                                 "prediction is numbers written from 3c's bucket rule and "
-                                 "3a's order, arithmetic on the layer sizes only")
+                                 "prediction is numbers written from 3c's rules, "
+                                 "arithmetic on the layer sizes only")
+    names = getattr(getattr(fn, "__code__", None), "co_names", ())
+    if names:
+        raise AssertionError("the prediction uses " + ", ".join(names) + ": a prediction is "
+                             "numbers and arithmetic on the layer sizes only")
     numels = []
     for a, b in zip(TIMELINE_SIZES, TIMELINE_SIZES[1:], strict=False):
         numels += [a * b, b]
@@ -1014,5 +1018,5 @@ def predicted_all_reduces(fn, rng):  # noqa: ARG001 - one fixed case
     got = fn()
     if not isinstance(got, list | tuple) or [int(v) for v in got] != want:
         raise AssertionError(f"you predict all-reduces of {got!r:.120} elements; the bucket "
-                             f"rule of 3c gives {len(want)} all-reduces (sizes not shown): "
-                             "fill in backward's order, close a bucket when it reaches the cap")
+                             f"rules of 3c give {len(want)} all-reduces (sizes not shown): "
+                             "go back to 3c's rules")

@@ -4,8 +4,9 @@ Blank numbers as the released cells number them: sync_sgd_step 1 (the count's al
 the loss this rank backpropagates, shards of unequal sizes);
 broadcast_parameters 1 (the whole loop: which tensors, which collective); ddp_train 1-5
 (backend, wrapper, sampler, shuffle, set_epoch: API); DDPIndividualParameters 1 (the hook's
-body: start the all-reduce, leave its wait for the given finish; the loss arrives scaled, so a
-plain sum); DDPBucketed 1 (fill_buckets' whole body: order and close), 2 (the hook's body:
+body: start the all-reduce and keep its handle; the loss arrives scaled, so a plain sum), 2
+(the finish: wait for every handle kept); DDPBucketed 1 (fill_buckets' whole body: order
+and close), 2 (the hook's body:
 completeness, one tensor, asynchronous, and what the finish must do: wait, copy back);
 predicted_all_reduces 1 (the prediction);
 accumulated_step 1 (the micro-batch's context and its share of the samples: micro-batches of
@@ -66,22 +67,24 @@ SHORTCUTS = [
     Shortcut("ddp_train", {3: "DistributedSampler(dataset, shuffle=False)"},
              "an unshuffled sampler", "single-process"),
     Shortcut("DDPIndividualParameters",
-             {1: "dist.all_reduce(param.grad); self._later.append(lambda: None)"},
+             {1: "dist.all_reduce(param.grad)", 2: "pass"},
              "a blocking all-reduce in the hook", "overlap"),
     Shortcut("DDPIndividualParameters",
-             {1: f"{START}; work.wait(); self._later.append(work.wait)"},
+             {1: f"{START}; work.wait(); self._step.append(work)"},
              "the hook waits for its all-reduce", "overlap"),
     Shortcut("DDPIndividualParameters", {1: START},
              "the handles dropped, never waited for", "wait"),
-    Shortcut("DDPIndividualParameters", {1: f"{START}; self._later[:] = [work.wait]"},
-             "only the last all-reduce left for the finish", "wait"),
+    Shortcut("DDPIndividualParameters", {2: "self._step[-1].wait()"},
+             "the finish waits for the last all-reduce only", "wait"),
+    Shortcut("DDPIndividualParameters", {2: "pass"},
+             "the finish waits for nothing", "wait"),
     Shortcut("DDPIndividualParameters",
-             {1: "work = dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, async_op=True); "
-                 "self._later.append(work.wait)"},
+             {1: "self._step.append(dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, "
+                 "async_op=True))"},
              "averaged again, though the loss arrives scaled", "share"),
     Shortcut("DDPIndividualParameters",
              {1: 'self.__dict__.setdefault("_torch_ddp", DDP(self.module, init_sync=False)); '
-                 f"{START}; self._later.append(work.wait)"},
+                 f"{START}; self._step.append(work)"},
              "PyTorch's DDP alongside", "DistributedDataParallel"),
     Shortcut("DDPBucketed", {1: "return [[p] for p in reversed(params)]"},
              "one bucket per parameter", "more all-reduces"),
@@ -121,7 +124,10 @@ SHORTCUTS = [
              "the sizes computed from the model, not predicted", "prediction"),
     Shortcut("predicted_all_reduces",
              {1: "[1024 * 256 + 1024 + 1024 * 1024, 1024 + 1024 * 1024 + 1024, 10240 + 10]"},
-             "buckets filled in forward order", "backward's order"),
+             "buckets filled in forward order", "3c's rules"),
+    Shortcut("predicted_all_reduces",
+             {1: "list(map(int, DDPBucketed.__name__ and [1059850, 1049600, 263168]))"},
+             "the numbers reached through names defined elsewhere", "arithmetic"),
     Shortcut("accumulated_step",
              {1: f"with contextlib.nullcontext(): ({SHARE}).backward()"},
              "every micro-batch communicates", "one backward"),
@@ -148,8 +154,9 @@ HONEST = [
                  "loss = F.cross_entropy(model(x), y).mul(len(y)).div(total)"},
              "the mean scaled by the shard's share"),
     Shortcut("DDPIndividualParameters",
-             {1: "self._later.append(dist.all_reduce(param.grad, async_op=True).wait)"},
-             "the handle's wait appended directly"),
+             {1: "self._step.append(dist.all_reduce(param.grad, async_op=True).wait)",
+              2: "for then in self._step: then()"},
+             "the handle's wait kept, called by the finish"),
     Shortcut("broadcast_parameters",
              {1: "for tensor in module.state_dict().values(): dist.broadcast(tensor, src=0)"},
              "the state dict's tensors"),
@@ -165,8 +172,9 @@ HONEST = [
              "the remainder dropped instead of padded"),
     Shortcut("DDPIndividualParameters",
              {1: "handle = dist.all_reduce(param.grad, op=dist.ReduceOp.SUM, async_op=True)\n"
-                 "self._later.append(lambda: handle.wait())"},
-             "a lambda that waits, the sum named"),
+                 "self._step.append(handle)",
+              2: "while self._step: self._step.pop(0).wait()"},
+             "the sum named, the finish popping"),
     Shortcut("DDPBucketed",
              {1: FILL.format(order="params[::-1]", close=">="),
               2: "if self._step.setdefault(index, set()).add(param) or "
