@@ -58,7 +58,9 @@ def test_a_sharded_optimizer_that_updates_everything_everywhere_fails():
 def test_a_wrong_helper_does_not_cost_the_classes_that_use_it():
     """With a wrong assign_params or FlatShard in the notebook, do ShardedOptimizer and
     Zero2Optimizer still pass (their tests give them correct ones)?"""
-    broken = {"assign_params": nb.variant("assign_params", 2, "loads.index(max(loads))"),
+    worst_owner = ("order = sorted(range(len(sizes)), key=lambda i: -sizes[i]); "
+                   "least_loaded = lambda: loads.index(max(loads))")
+    broken = {"assign_params": nb.variant("assign_params", 1, worst_owner),
               "FlatShard": nb.variant("FlatShard", 1, "self.numel // self.world_size")}
     for name in ("ShardedOptimizer", "Zero2Optimizer"):
         source = reference.locate(name)[1].source

@@ -12,6 +12,7 @@ FlatShard) gets a correct one instead, so one mistake costs points in one exerci
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from autograder.exercises import exercise, zero_lm
 from autograder.exercises.checks import (
@@ -50,7 +51,8 @@ def _model_state_bytes(psi, n_d, stage, widths=(2, 2, 12)):
 
 
 def _fits(psi, n_d, stage, widths, budget):
-    return sum(_oracle_state_bytes(psi, n_d, stage, widths)) <= budget * (1 + 1e-12)
+    """Exact: a float psi or budget is a binary fraction, so Fraction holds it exactly."""
+    return sum(_oracle_state_bytes(Fraction(psi), n_d, stage, widths)) <= Fraction(budget)
 
 
 @exercise
@@ -78,9 +80,14 @@ def fewest_gpus(fn, rng):
         where = f"fewest_gpus({psi:g}, stage={stage}, budget={budget:.6g}, widths={widths})"
         fixed = sum(_oracle_state_bytes(psi, math.inf, stage, widths))
         shared = sum(_oracle_state_bytes(psi, 1, stage, widths)) - fixed
-        possible = budget > fixed * (1 + 1e-12) or (shared == 0 and budget >= fixed)
+        exact_fixed = Fraction(psi) * sum(w for w, cut in zip(
+            widths, (stage >= 3, stage >= 2, stage >= 1), strict=True) if not cut)
+        possible = Fraction(budget) > exact_fixed or (shared == 0 and budget >= exact_fixed)
         start = time.perf_counter()
         got = fn(psi, stage, budget, widths)
+        if time.perf_counter() - start > 0.5:  # timed again: a first call may import, or cross
+            start = time.perf_counter()  # to the judge's runner for the first time
+            got = fn(psi, stage, budget, widths)
         if time.perf_counter() - start > 0.5:
             raise AssertionError(f"{where} took {time.perf_counter() - start:.1f} s: predict "
                                  "N_d with a formula; no search over N_d reaches 10^9 GPUs")
@@ -98,7 +105,7 @@ def fewest_gpus(fn, rng):
                                  f"{sum(_oracle_state_bytes(psi, got, stage, widths)):.6g} "
                                  "bytes, over the budget (only the partitioned bytes shrink "
                                  "with N_d)")
-        if got > 1 and _fits(psi, got - 1, stage, widths, budget * (1 - 2e-12)):
+        if got > 1 and _fits(psi, got - 1, stage, widths, budget):
             raise AssertionError(f"{where} returned {got}: {got - 1} GPUs fit already; the "
                                  "fewest is the smallest N_d that fits")
 
@@ -146,7 +153,7 @@ def assign_params(fn, rng):
         best = _oracle_assign(sizes, loads)[1]
         if max(mine) > max(best):
             raise AssertionError(f"{where}: owners {owners} leave a rank with {max(mine)} "
-                                 f"elements; the greedy rule's fullest rank has {max(best)}")
+                                 f"elements; a reference rule's fullest rank has {max(best)}")
 
 
 # ---------------------------------------------------------------- shared by the rank tests

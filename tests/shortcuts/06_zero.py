@@ -11,14 +11,24 @@ REGATHER = "shard, *inputs = ctx.saved_tensors; full = {gather}"
 SLICES_BROADCAST = ("[dist.broadcast(self.flat[r * self.layout.size:(r + 1) * self.layout.size],"
                     " src=r) for r in range(self.layout.world_size)]")
 
+FEWEST = ("fixed = Fraction(psi) * sum(w for w, cut in zip(widths, (stage >= 3, stage >= 2, "
+          "stage >= 1), strict=True) if not cut); shared = Fraction(psi) * sum(widths) - fixed; "
+          "return (None if budget < fixed else 1) if shared == 0 else (max(1, {n}) "
+          "if budget > fixed else None)")
 STEP_GATHER = "; self.local.step(); self.layout.gather(self.shard, out=self.flat)"
 SHORTCUTS = [
-    Shortcut("fewest_gpus", {1: "math.ceil(shared / budget)"},
+    Shortcut("fewest_gpus", {1: FEWEST.format(n="math.ceil(shared / Fraction(budget))")},
              "every byte taken to shrink with N_d", "only the partitioned bytes shrink"),
-    Shortcut("fewest_gpus", {1: "int(shared / (budget - fixed))"},
+    Shortcut("fewest_gpus", {1: FEWEST.format(n="int(shared / (Fraction(budget) - fixed))")},
              "the quotient rounded down", "over the budget"),
-    Shortcut("fewest_gpus", {1: "math.ceil((shared + fixed) / budget)"},
+    Shortcut("fewest_gpus",
+             {1: FEWEST.format(n="math.ceil((shared + fixed) / Fraction(budget))")},
              "the whole states divided by the budget", "only the partitioned bytes shrink"),
+    Shortcut("fewest_gpus",
+             {1: FEWEST.replace("(stage >= 3, stage >= 2, stage >= 1)", "(False, stage >= 2, "
+                                "stage >= 1)").format(n="math.ceil(shared / (Fraction(budget)"
+                                                        " - fixed))")},
+             "the parameters never partitioned", "fit already"),
     Shortcut("ShardedOptimizer",
              {1: 'self.__dict__.setdefault("hidden", {}).setdefault(p, self.optimizer_cls('
                  '[{**group, "params": [p]}])).step() if self.owner[p] != self.rank else None'},
@@ -83,7 +93,8 @@ SHORTCUTS = [
 ]
 
 HONEST = [
-    Shortcut("fewest_gpus", {1: "-(-shared // (budget - fixed))"}, "ceiling by floor division"),
+    Shortcut("fewest_gpus", {1: FEWEST.format(n="-(-shared // (Fraction(budget) - fixed))")},
+             "ceiling by floor division"),
     Shortcut("ShardedOptimizer", {1: "dist.broadcast(tensor=p, src=self.owner[p])"},
              "the broadcast written otherwise"),
     Shortcut("FlatShard", {2: "self.size * self.rank:self.size * self.rank + self.size"},
