@@ -548,8 +548,9 @@ def tp_mlp(fn, rng):
                          (size, size), "MLP", work)
 
 
-def _attention(x, wq, wk, wv, wo, bo, num_heads):
-    """Causal multi-head attention, written here independently of the notebook's helpers."""
+def _attention(x, wqkv, wo, num_heads):
+    """Causal multi-head attention without the output bias, wqkv = [W_q; W_k; W_v] (3d x d),
+    written here independently of the notebook's helpers."""
     import torch
 
     batch, seq, d = x.shape
@@ -558,12 +559,21 @@ def _attention(x, wq, wk, wv, wo, bo, num_heads):
     def heads(t):
         return t.reshape(batch, seq, num_heads, head_dim).permute(0, 2, 1, 3)
 
-    q, k, v = heads(x @ wq.t()), heads(x @ wk.t()), heads(x @ wv.t())
-    scores = torch.einsum("bhid,bhjd->bhij", q, k) / head_dim**0.5
+    qkv = x @ wqkv.t()  # one fused matmul, as the notebook's layer does it
+    q, k, v = heads(qkv[..., :d]), heads(qkv[..., d:2 * d]), heads(qkv[..., 2 * d:])
+    scores = q @ k.transpose(-2, -1) / head_dim**0.5  # batched matmuls, counted as bmm
     mask = torch.ones(seq, seq, dtype=torch.bool).tril()
     weights = torch.where(mask, scores, torch.tensor(float("-inf"), dtype=x.dtype)).softmax(-1)
-    out = torch.einsum("bhij,bhjd->bhid", weights, v).permute(0, 2, 1, 3).reshape(batch, seq, d)
-    return out @ wo.t() + bo
+    out = (weights @ v).permute(0, 2, 1, 3).reshape(batch, seq, d)
+    return out @ wo.t()
+
+
+def _thirds(part: slice, d: int):
+    """The rows of a fused [W_q; W_k; W_v] (3d x d) that hold the heads of `part`, a band of
+    the d features: that band in each third."""
+    import torch
+
+    return torch.cat([torch.arange(part.start, part.stop) + third * d for third in range(3)])
 
 
 @exercise
@@ -581,32 +591,31 @@ def tp_attention(fn, rng):
             d = num_heads * head_dim
             batch, seq = int(rng.integers(1, 3)), int(rng.integers(1, 5))
             tensors = [_randn(rng, (batch, seq, d), dtype)]
-            tensors += [_randn(rng, (d, d), dtype, d**-0.5) for _ in range(4)]
-            tensors.append(_randn(rng, (d,), dtype))
+            tensors += [_randn(rng, (3 * d, d), dtype, d**-0.5),
+                        _randn(rng, (d, d), dtype, d**-0.5)]
             grad = _randn(rng, (batch, seq, d), dtype)
             cases.append({"tensors": tensors, "grad": grad, "kwargs": {"num_heads": num_heads}})
             where = _case(n, x=(batch, seq, d), num_heads=num_heads, dtype=_name(dtype))
             expected, flops = _autograd(lambda *t, h=num_heads: _attention(*t, h), tensors, grad)
-            # every rank adds bo, copies the output (g's sum), and builds its causal mask
+            # every rank copies the output (g's sum), its rows of wqkv, and builds its mask
             work = (_forward_work(lambda *t, h=num_heads: _attention(*t, h), tensors),
-                    4 * tensors[0].numel() + d + 2 * seq * seq)
+                    4 * tensors[0].numel() + 3 * d * d // n + 2 * seq * seq)
             specs.append((where, expected, flops, _parts(d, n), _nbytes(tensors[0]), work))
         refused = None
         if n > 1:
             num_heads = n + 1
             tensors = [_randn(rng, (1, 2, num_heads), torch.float64)]
-            tensors += [_randn(rng, (num_heads, num_heads), torch.float64) for _ in range(4)]
-            tensors.append(_randn(rng, (num_heads,), torch.float64))
+            tensors += [_randn(rng, (3 * num_heads, num_heads), torch.float64),
+                        _randn(rng, (num_heads, num_heads), torch.float64)]
             cases.append({"tensors": tensors, "grad": tensors[0], "refuse": True,
                           "kwargs": {"num_heads": num_heads}})
             refused = _case(n, num_heads=f"{num_heads} (not a multiple of {n})")
         results = on_ranks(_harness, fn, n, "layer", cases)
         for index, (where, expected, flops, rows, size, work) in enumerate(specs):
-            _check_layer(where, n, _outcomes(where, _entries(results, index), count=7),
+            _check_layer(where, n, _outcomes(where, _entries(results, index), count=4),
                          expected, flops, [
-                             ("x", None),
-                             *[(w, lambda r, p=rows: p[r]) for w in ("wq", "wk", "wv")],
-                             ("wo", lambda r, p=rows: (slice(None), p[r])), ("bo", None)],
+                             ("x", None), ("wqkv", lambda r, p=rows: _thirds(p[r], p[-1].stop)),
+                             ("wo", lambda r, p=rows: (slice(None), p[r]))],
                          (size, size), "attention layer", work)
         if refused:
             _check_refused(refused, _entries(results, len(specs)), "the heads cannot be split "

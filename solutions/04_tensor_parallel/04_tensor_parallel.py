@@ -74,9 +74,17 @@ for size in (6, 7):
 # dist.all_reduce(t, op=dist.ReduceOp.SUM)       # in place; op=SUM is the default
 # # now t == [3, 6] on both of 2 ranks
 #
-# box = [torch.empty(1, 3) for _ in range(world_size)]   # one slot per rank
-# dist.all_gather(box, torch.full((1, 3), float(rank)))  # fills box[q] with rank q's tensor
-# # now box == [tensor([[0., 0., 0.]]), tensor([[1., 1., 1.]])] on both of 2 ranks
+# w = torch.tensor([10.0 * rank, 10.0 * rank])  # rank r holds [10 r, 10 r]
+# dist.broadcast(w, src=1)                       # now w == [10, 10] on every rank: rank 1's
+#
+# s = torch.tensor([float(rank + 1)])            # rank r holds [r + 1]
+# dist.reduce(s, dst=0)                          # now s == [3] on rank 0 (2 ranks); the
+#                                                # other ranks' s is left undefined
+#
+# u = torch.full((1, 3), float(rank))            # rank r holds [[r, r, r]]
+# out = torch.empty(world_size, 3)               # room for every rank's u
+# dist.all_gather_single(out, u)                 # out[q] == rank q's u, on every rank:
+# # on 2 ranks out == [[0., 0., 0.], [1., 1., 1.]]
 # ```
 #
 # `F.linear(x, w, b)` is `x @ w.T + b`, as `nn.Linear` computes it (`b` may be left out).
@@ -98,7 +106,7 @@ for size in (6, 7):
 show_split("column", world_size=4)
 
 # %% [markdown]
-# What rank $r$ can compute alone is given (`y_mine`); make every rank hold the whole `y`.
+# Write the whole body: what rank $r$ computes alone, then what makes every rank hold `y`.
 
 # %% solution="column_parallel_forward" drill
 def column_parallel_forward(rank, world_size, x, w_shard, b_shard):
@@ -108,8 +116,7 @@ def column_parallel_forward(rank, world_size, x, w_shard, b_shard):
     and b_shard: (out_features / N,), this rank's rows of the weight and entries of the bias.
     Returns the whole output, (..., out_features), on every rank.
     """
-    y_mine = F.linear(x, w_shard, b_shard)  # (..., out_features / N)
-    pieces = [torch.empty_like(y_mine) for _ in range(world_size)]; dist.all_gather(pieces, y_mine); y = torch.cat(pieces, dim=-1)  # BLANK `pieces = [torch.empty_like(y_mine) for _ in range(world_size)]; dist.all_gather(pieces, y_mine); y = torch.cat(pieces, dim=-1)` the whole output y, on every rank (a few statements) # ACCEPT `pieces = [torch.empty_like(y_mine) for _ in range(world_size)]; dist.all_gather(pieces, y_mine.contiguous()); y = torch.cat(pieces, dim=x.dim() - 1)` # REJECT `y = y_mine` `dist.all_reduce(y_mine); y = y_mine` `pieces = [torch.empty_like(y_mine) for _ in range(world_size)]; dist.all_gather(pieces, y_mine); y = torch.cat(pieces, dim=0)`
+    y_mine = F.linear(x, w_shard, b_shard); stacked = y_mine.new_empty((world_size * y_mine.shape[0], *y_mine.shape[1:])); dist.all_gather_single(stacked, y_mine.contiguous()); y = torch.cat(stacked.chunk(world_size), dim=-1)  # BLANK `y_mine = F.linear(x, w_shard, b_shard); stacked = y_mine.new_empty((world_size * y_mine.shape[0], *y_mine.shape[1:])); dist.all_gather_single(stacked, y_mine.contiguous()); y = torch.cat(stacked.chunk(world_size), dim=-1)` the whole output y, on every rank (a few statements) # ACCEPT `y_mine = x @ w_shard.t() + b_shard; pieces = [torch.empty_like(y_mine) for _ in range(world_size)]; dist.all_gather(pieces, y_mine.contiguous()); y = torch.cat(pieces, dim=x.dim() - 1)` # REJECT `y = F.linear(x, w_shard, b_shard)` `y_mine = F.linear(x, w_shard, b_shard); dist.all_reduce(y_mine); y = y_mine` `y_mine = F.linear(x, w_shard, b_shard); stacked = y_mine.new_empty((world_size * y_mine.shape[0], *y_mine.shape[1:])); dist.all_gather_single(stacked, y_mine.contiguous()); y = stacked` `y_mine = F.linear(x, w_shard); stacked = y_mine.new_empty((world_size * y_mine.shape[0], *y_mine.shape[1:])); dist.all_gather_single(stacked, y_mine.contiguous()); y = torch.cat(stacked.chunk(world_size), dim=-1)`
     return y
 
 
@@ -155,8 +162,8 @@ reveal("column_parallel_forward")
 ### BEGIN HIDDEN TESTS
 # Seed 000 exercise 3, changed here: its weight is in x out (`weight[:, start:end]`), here it
 # is nn.Linear's out x in; its hints gave each answer (`weight[:, start:end]`,
-# `bias[start:end]`, `x @ w_chunk + b_chunk`, `torch.cat, dim=-1`): the slicing and the local
-# product are given (the rank receives its shard), the collective is the blank; its
+# `bias[start:end]`, `x @ w_chunk + b_chunk`, `torch.cat, dim=-1`): the slicing is given (the
+# rank receives its shard), the local product and the collective are the blank; its
 # `assert d_out % num_gpus == 0` is shard()'s ValueError; its loop over GPUs is real ranks.
 from autograder.grade_cell import grade
 grade(column_parallel_forward)
@@ -174,7 +181,7 @@ grade(column_parallel_forward)
 # **The situation.** The dual cut: rank $r$ holds $\frac{in}{N}$ consecutive *columns* of the
 # weight (its shard along dimension 1) and only the matching features $x_r$ of the input. The
 # bias is not split: every rank holds it whole. **At the end** every rank must hold the whole
-# $y = xW^\top + b$, and the bias must be in it exactly once.
+# $y = xW^\top + b$.
 
 # %%
 show_split("row", world_size=4)
@@ -324,8 +331,9 @@ for rank, (y, grad, said) in enumerate(run(autograd_through_all_reduce, world_si
 # %% [markdown]
 # On torch 2.13 autograd printed 1 and 2 where the loss's gradient is 3. `dist.all_reduce`,
 # which writes its result into the tensor it is given, has no gradient formula: autograd passes
-# the gradient through it unchanged and says so in a `UserWarning`, printed once per call site
-# on each rank's stderr. You see it above only because the demo records it: distlab sends the
+# the gradient through it unchanged and says so in a `UserWarning`. The warning is raised from
+# inside torch's backward pass, so under Python's default filter each rank process prints it
+# once, on its stderr, and never again, however many layers use the collective. You see it above only because the demo records it: distlab sends the
 # ranks' stderr to a log file, and a training script's many ranks often bury it. (PyTorch also has
 # differentiable versions, `torch.distributed.nn.functional.all_reduce`, `all_gather`, ...,
 # whose backward is written out; here you write it yourself, to see what it must be.) An
@@ -460,10 +468,14 @@ grade(megatron_f_g)
 # sum enters the total with weight 1, and every rank already holds the same
 # $\partial L/\partial y$, so its backward is the **identity**: the all-reduce that autograd
 # got wrong in the first demo is right here, but only because g says so, for the situation where
-# it is used. (PyTorch's `torch.distributed.nn.functional.all_reduce` differentiates the other
-# way: its backward is an all-reduce of the gradient, right for section 4's demo, where every
-# rank's loss is a different term of the training loss, but used as g, with one loss computed
-# the same on every rank, it would multiply the gradients by $N$.)
+# it is used. Two conventions meet here. In section 4's demo each rank computed a *different*
+# loss $L_r$ and the training loss was their sum $L_0 + L_1$: then the gradient of the sum's
+# input is the sum of the ranks' gradients, an all-reduce, and the pass-through autograd ran
+# was wrong. Under f and g's convention the loss is computed once, the same on every rank, so
+# every rank already holds the whole $\partial L/\partial y$, and the same pass-through is
+# g's correct backward. (PyTorch's `torch.distributed.nn.functional.all_reduce` follows the
+# first convention: its backward is an all-reduce of the gradient, right for the demo, but used
+# as g it would multiply the gradients by $N$.)
 #
 # **The seed's backward, fixed.** In section 3's layer $x$ reached every output feature through
 # every rank's rows, so $\partial L/\partial x = \sum_r \bar y_r W_r$: each rank holds one term,
@@ -584,14 +596,21 @@ grade(tp_mlp)
 # %% [markdown]
 # ## 6. Attention with its heads split
 #
-# Multi-head attention runs $H$ heads side by side, and each head works alone: its queries,
-# keys and values come from its own $d_h = d/H$ rows of $W_q$, $W_k$, $W_v$ (heads in order:
-# head $i$ owns rows $i\,d_h$ to $(i+1)\,d_h - 1$), and the heads' outputs of width $d_h$ are
-# concatenated, in head order, into the attention output, which the output projection $W_o$
-# ($d \times d$) multiplies. **The situation**: $x$ whole on every rank; each rank must compute $H/N$ whole heads
-# (the softmax of a head needs all of its queries and keys), the same budget as the MLP: one
-# collective forward, one backward, $\frac{1}{N}$ of the work; the whole output on every rank.
-# f and g are placed for you, and the given last line adds $b_o$.
+# Multi-head attention runs $n_h$ heads side by side, and each head works alone. With
+# $q = xW_q^\top$, $k = xW_k^\top$, $v = xW_v^\top$ (each of width $d$), head $i$ reads
+# features $i\,d_h$ to $(i+1)\,d_h - 1$ of $q$, $k$ and $v$, $d_h = d/n_h$; the heads' outputs
+# of width $d_h$ are concatenated, in head order, into the attention output, which the output
+# projection $W_o$ ($d \times d$) multiplies. As in Megatron-LM and most GPT code, the three
+# input projections are stored as **one** fused weight `wqkv` ($3d \times d$): $W_q$, $W_k$ and
+# $W_v$ stacked along dimension 0, in that order, so that one matmul computes $q$, $k$ and $v$
+# (see `attention` below).
+#
+# **The situation**: $x$ whole on every rank; each rank computes $n_h/N$ whole heads (the
+# softmax of a head needs all of its queries and keys), rank $r$ heads $r\frac{n_h}{N}$ to
+# $(r+1)\frac{n_h}{N} - 1$, within the MLP's budget: one collective forward, one backward,
+# $\frac{1}{N}$ of the work; the whole output on every rank. f, g and the output projection are
+# written for you; the blank chooses what this rank multiplies $x$ by. ($b_o$ is left to the
+# caller.)
 #
 # The plumbing, written for you: `split_heads` and `merge_heads` reshape between
 # `(batch, seq, heads * head_dim)` and `(batch, heads, seq, head_dim)`, `attend` is causal
@@ -618,25 +637,28 @@ def attend(q, k, v):
     return scores.masked_fill(future, float("-inf")).softmax(dim=-1) @ v
 
 
-def attention(x, wq, wk, wv, wo, bo, num_heads):
-    """Single-device causal multi-head attention: x (batch, seq, d), the weights d x d."""
-    q, k, v = (split_heads(F.linear(x, w), num_heads) for w in (wq, wk, wv))
-    return F.linear(merge_heads(attend(q, k, v)), wo, bo)
+def attention(x, wqkv, wo, num_heads):
+    """Single-device causal multi-head attention, without the output bias: x (batch, seq, d),
+    wqkv (3d, d), wo (d, d)."""
+    q, k, v = (split_heads(t, num_heads) for t in F.linear(x, wqkv).chunk(3, dim=-1))
+    return F.linear(merge_heads(attend(q, k, v)), wo)
 
 
 # %% solution="tp_attention"
-def tp_attention(rank, world_size, x, wq, wk, wv, wo, bo, num_heads):
-    """attention(x, wq, wk, wv, wo, bo, num_heads) with the heads split over the ranks.
+def tp_attention(rank, world_size, x, wqkv, wo, num_heads):
+    """attention(x, wqkv, wo, num_heads) with the heads split over the ranks.
 
-    x: (batch, seq, d), whole on every rank; wq, wk, wv, wo: (d, d), bo: (d,), the full
-    parameters. Returns the whole output, (batch, seq, d), on every rank.
+    x: (batch, seq, d), whole on every rank; wqkv: (3d, d), wo: (d, d), the full parameters.
+    Returns the whole output, (batch, seq, d), on every rank.
     """
     if num_heads % world_size != 0:
         raise ValueError(f"{num_heads} heads cannot be split evenly over {world_size} ranks")
     f, g = megatron_f_g()
     xf = f.apply(x)  # where the region begins
-    rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])  # BLANK `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])` this rank's heads, and what it hands g (a few statements) # ACCEPT `head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in (wq, wk, wv)); z = merge_heads(attend(q, k, v)) @ wo[:, rows].t()` # REJECT `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[rows])` `rows = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows])` `rows = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); q, k, v = (split_heads(F.linear(xf, w[rows]), num_heads // world_size) for w in (wq, wk, wv)); z = F.linear(merge_heads(attend(q, k, v)), wo[:, rows]) / world_size`
-    return g.apply(z) + bo
+    mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); wqkv_mine = torch.cat([w[mine] for w in wqkv.chunk(3)])  # BLANK `mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); wqkv_mine = torch.cat([w[mine] for w in wqkv.chunk(3)])` mine, this rank's features of q (and of k, v), and wqkv_mine, what it multiplies x by (two statements) # ACCEPT `head_dim = x.shape[-1] // num_heads; k = num_heads // world_size * head_dim; mine = slice(rank * k, (rank + 1) * k); wq, wk, wv = wqkv.chunk(3); wqkv_mine = torch.cat((wq[mine], wk[mine], wv[mine]), dim=0)` # REJECT `mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); wqkv_mine = shard(wqkv, rank, world_size, 0)` `mine = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); wqkv_mine = torch.cat([w[mine] for w in wqkv.chunk(3)])` `mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); wqkv_mine = torch.cat([w[:, mine] for w in wqkv.chunk(3)])` `mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); wqkv_mine = wqkv[mine].repeat(3, 1)`
+    q, k, v = (split_heads(t, num_heads // world_size)
+               for t in F.linear(xf, wqkv_mine).chunk(3, dim=-1))
+    return g.apply(F.linear(merge_heads(attend(q, k, v)), wo[:, mine]))  # where it ends
 
 
 # %%
@@ -653,8 +675,8 @@ def attention_step(rank, world_size, x, weights, grad_y, num_heads):
 torch.manual_seed(2)
 B, L, HEADS = 2, 5, 4
 x, grad_y = torch.randn(B, L, D, dtype=torch.float64), torch.randn(B, L, D, dtype=torch.float64)
-weights = [torch.randn(D, D, dtype=torch.float64) / D**0.5 for _ in range(4)]
-weights.append(torch.randn(D, dtype=torch.float64))  # bo
+weights = [torch.randn(3 * D, D, dtype=torch.float64) / D**0.5,  # wqkv
+           torch.randn(D, D, dtype=torch.float64) / D**0.5]  # wo
 leaves = [t.clone().requires_grad_() for t in (x, *weights)]
 y = attention(*leaves, num_heads=HEADS)
 y.backward(grad_y)
@@ -663,11 +685,9 @@ for n in (2, 4):
     for rank, (y_r, grad_x, *_) in enumerate(results):
         assert torch.allclose(y_r, y), f"{n} ranks: rank {rank}'s output"
         assert torch.allclose(grad_x, leaves[0].grad), f"{n} ranks: rank {rank}'s dL/dx"
-    for k, name in enumerate(["Wq", "Wk", "Wv", "Wo"]):
+    for k, name in enumerate(["Wqkv", "Wo"]):
         total = sum(result[2 + k] for result in results)
         assert torch.allclose(total, leaves[1 + k].grad), f"{n} ranks: the gradient of {name}"
-    for rank, result in enumerate(results):
-        assert torch.allclose(result[6], leaves[5].grad), f"rank {rank}: the gradient of bo"
     print(f"{n} ranks, {HEADS // n} of the {HEADS} heads on each: output, dL/dx and every weight "
           "gradient match")
 print("✓ tp_attention is the attention layer, forward and backward (each rank's work: the "
@@ -680,7 +700,8 @@ reveal("tp_attention")
 # (with a correct f and g); what each rank did, and its work.
 ### BEGIN HIDDEN TESTS
 # Seed 003 section 11's sketch uses Q_weights_parts, K_weights_parts and V_weights_parts that
-# it never defines (it is given QKV_weights_parts); here the heads' rows are derived.
+# it never defines (it is given QKV_weights_parts); here the weight is one fused QKV and the
+# rank's rows are its heads' band in each third.
 from autograder.grade_cell import grade
 grade(tp_attention)
 ### END HIDDEN TESTS
@@ -688,9 +709,13 @@ grade(tp_attention)
 # %% [markdown] why="tp_attention"
 # **Why.** A rank's heads need only their own queries, keys and values, so the attention itself
 # runs on each rank for its heads with no communication, as the GeLU did for its hidden units;
-# their outputs meet only in the output projection, whose partial sums are the one message.
-# The layout, with 8 heads on 4 ranks: rank $r$ holds rows $2r\,d_h$ to $(2r+2)\,d_h - 1$ of
-# $W_q$, $W_k$ and $W_v$ (its 2 heads) and the same band of *columns* of $W_o$.
+# their outputs meet only in the output projection, cut by its columns, whose partial sums are
+# the one message. The rows a rank needs are its heads' band, $r\frac{d}{N}$ to
+# $(r+1)\frac{d}{N} - 1$, **in each third** of the fused `wqkv`: a plain `shard(wqkv, rank, N, 0)`
+# takes $\frac{3d}{N}$ consecutive rows, which on 2 ranks are all of $W_q$ and half of $W_k$ on
+# rank 0, and the output is wrong with no error. This is the fused-QKV pitfall of real
+# tensor-parallel code: Megatron-LM avoids it by storing the fused weight interleaved by head
+# (each head's $q$, $k$ and $v$ rows together), so that a plain cut of its rows gives each rank its own heads' $q$, $k$ and $v$.
 
 # %% [markdown]
 # ## 7. What it costs, measured
@@ -698,8 +723,8 @@ grade(tp_attention)
 # `count_collectives()` records, on a rank, every collective that the code inside it calls:
 # its name, whether autograd's backward pass called it, the size $S$ of the whole tensor it
 # reduces or gathers, and the bytes one rank sends if the collective runs as a ring (notebook
-# 01): $2\frac{N-1}{N}S$ for an all-reduce, $\frac{N-1}{N}S$ for an all-gather or a
-# reduce-scatter.
+# 01): $2\frac{N-1}{N}S$ for an all-reduce, $\frac{N-1}{N}S$ for an
+# all-gather.
 #
 # **Predict before you run.** Two layouts compute the same MLP on $N$ ranks: yours (`tp_mlp`),
 # and section 1's layout twice, `column_parallel_forward` for each layer. For a batch of $b$
@@ -812,8 +837,8 @@ require_filled(mlp_bytes)
 
 
 def tp_layer(rank, world_size, x, p):
-    h = x + tp_attention(rank, world_size, F.layer_norm(x, (D,)), p["wq"], p["wk"], p["wv"],
-                         p["wo"], p["bo"], num_heads=HEADS)
+    h = x + tp_attention(rank, world_size, F.layer_norm(x, (D,)), p["wqkv"], p["wo"],
+                         num_heads=HEADS) + p["bo"]
     return h + tp_mlp(rank, world_size, F.layer_norm(h, (D,)), p["w1"], p["b1"], p["w2"],
                       p["b2"])
 
@@ -826,7 +851,8 @@ def count_layer(rank, world_size, x, p, grad_y):
     return calls
 
 
-p = dict(zip(["wq", "wk", "wv", "wo", "bo"], [w.float() for w in weights], strict=True))
+p = dict(zip(["wqkv", "wo"], [w.float() for w in weights], strict=True))
+p["bo"] = torch.randn(D)
 p.update(zip(["w1", "b1", "w2", "b2"], params32, strict=True))
 x_layer, grad_layer = torch.randn(B, L, D), torch.randn(B, L, D)
 calls = run(count_layer, x_layer, p, grad_layer, world_size=2)[0]
@@ -852,18 +878,19 @@ print("✓ 2 collectives forward, 2 backward")
 #
 # ## 8. Sequence parallelism
 #
-# Look again at the layer: between the MLP of one block and the attention of the next, every
-# rank computes the *same* residual add, dropout and layer norm on the *whole* activation, and
-# keeps the whole activation for the backward pass. Megatron-LM's sequence parallelism
+# Look again at the layer: outside attention and the MLP (between the attention and the MLP of
+# a block, and between the MLP of one block and the attention of the next), every rank computes
+# the *same* residual add, dropout and layer norm on the *whole* activation, and keeps the whole
+# activation for the backward pass. Megatron-LM's sequence parallelism
 # (Korthikanti et al., 2022, "Reducing Activation Recomputation in Large Transformer Models")
-# splits that region along the **sequence** instead: each rank handles $s/N$ of the $s$
+# splits these regions along the **sequence** instead: each rank handles $s/N$ of the $s$
 # positions (here $s$ is the sequence length), which
 # layer norm and dropout allow, as they treat each position alone. (Dropout then needs a
 # random stream per rank, so that the ranks do not drop the same pattern on different
 # positions; Megatron-LM keeps one with its RNG tracker.)
 #
 # **The situation.** Megatron orders activations as **(sequence, batch, d)**, so the sequence is
-# dimension 0. At the end of a block every rank holds a tensor `t` over *every* position
+# dimension 0. At the end of a block every rank holds a tensor `t` over *every* position.
 # **In between**, rank $r$ must hold only its positions of the sum of the
 # ranks' `t`, rows $r\frac{s}{N}$ to $(r+1)\frac{s}{N} - 1$ (where the layer norm would run);
 # **at the end** every rank must hold the whole sum, for the next block. The second step is given:
@@ -959,7 +986,8 @@ grade(rows_of_sum)
 ### END HIDDEN TESTS
 
 # %% [markdown] why="rows_of_sum"
-# **Why.** This rank's rows of the sum are a **reduce-scatter**, and an all-reduce *is* a
+# **Why.** This rank's rows of the sum are a **reduce-scatter** ($\frac{N-1}{N}S$ per rank in
+# a ring, as an all-gather), and an all-reduce *is* a
 # reduce-scatter followed by an all-gather (notebook 01's ring does exactly that): each sends
 # $\frac{N-1}{N}S$ per rank in a ring, together the all-reduce's $2\frac{N-1}{N}S$. Same bytes,
 # and the activations of the norm region are $N$ times smaller. An all-reduce followed by a

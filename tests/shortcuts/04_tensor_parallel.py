@@ -36,7 +36,8 @@ SHORTCUTS = [
     Shortcut("column_parallel_forward",
              {1: f"y = F.linear(x, {_gathered('w_shard')}, {_gathered('b_shard')})"},
              "gather the whole weight, every rank does the whole matmul", "all_gather"),
-    Shortcut("column_parallel_forward", {1: f"y = {_padded('y_mine')}; dist.all_reduce(y)"},
+    Shortcut("column_parallel_forward", {1: "y_mine = F.linear(x, w_shard, b_shard); "
+                                         f"y = {_padded('y_mine')}; dist.all_reduce(y)"},
              "zero-padded columns all-reduced", "all_gather"),
     # the weight cut by columns
     Shortcut("row_parallel_forward",
@@ -73,16 +74,15 @@ SHORTCUTS = [
                            "y = g.apply(F.linear(hidden, w2) / world_size)"},
              "the first layer cut by its inputs: its partial sums all-reduced before GeLU",
              "all_reduce"),
-    # attention (f and g are given: the blank hands g its partial output)
+    # attention (f, g and the output projection are given: the blank picks wqkv's rows)
     Shortcut("tp_attention",
-             {1: "q, k, v = (split_heads(F.linear(xf, w), num_heads) for w in (wq, wk, wv)); "
-                 "z = F.linear(merge_heads(attend(q, k, v)), wo) / world_size"},
-             "every rank computes every head", "FLOPs"),
+             {1: "mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // "
+                 "world_size); wqkv_mine = shard(wqkv, rank, world_size, 0)"},
+             "the fused wqkv cut as one block of rows (attention() copied with shard)", "output"),
     Shortcut("tp_attention",
-             {1: "q, k, v = (split_heads(F.linear(xf, w), num_heads) for w in (wq, wk, wv)); "
-                 "z = F.linear(merge_heads(attend(q, k, v)), wo * (torch.arange("
-                 "wo.shape[1]) // (wo.shape[1] // world_size) == rank))"},
-             "every head computed, the other ranks' masked out", "FLOPs"),
+             {1: "mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // "
+                 "world_size); wqkv_mine = wqkv[mine].repeat(3, 1)"},
+             "the heads' rows of W_q used for k and v too (one third read)", "output"),
     # the bytes, predicted
     Shortcut("mlp_bytes", {1: "yours, rows_twice = 2 * (n - 1) / n * b * d * e, "
                               "2 * (2 * (n - 1) / n * b * d * e)"},
@@ -117,7 +117,8 @@ SHORTCUTS = [
 
 HONEST = [
     Shortcut("column_parallel_forward",
-             {1: "pieces = [torch.zeros_like(y_mine) for _ in range(world_size)]; "
+             {1: "y_mine = F.linear(x, w_shard, b_shard); "
+                 "pieces = [torch.zeros_like(y_mine) for _ in range(world_size)]; "
                  "dist.all_gather(pieces, y_mine.contiguous()); "
                  "y = torch.cat(pieces, dim=x.dim() - 1)"},
              "zeros for the slots, a positive dim"),
@@ -140,12 +141,20 @@ HONEST = [
                            "y = g.apply(hidden @ w2[:, part].t())"},
              "the rows sliced by hand, the product written out"),
     Shortcut("tp_attention",
-             {1: "head_dim = x.shape[-1] // num_heads; mine = num_heads // world_size; "
-                 "rows = slice(rank * mine * head_dim, (rank + 1) * mine * head_dim); "
-                 "q, k, v = (split_heads(F.linear(xf, w[rows]), mine) for w in "
-                 "(wq, wk, wv)); out = merge_heads(attend(q, k, v)); "
-                 "z = out @ wo[:, rows].t()"},
-             "the rows from the heads, the product written out"),
+             {1: "head_dim = x.shape[-1] // num_heads; k = num_heads // world_size * head_dim; "
+                 "mine = slice(rank * k, (rank + 1) * k); wq, wk, wv = wqkv.chunk(3); "
+                 "wqkv_mine = torch.cat((wq[mine], wk[mine], wv[mine]))"},
+             "the band from the heads, each third named"),
+    Shortcut("tp_attention",
+             {1: "d = wqkv.shape[1]; mine = slice(rank * d // world_size, (rank + 1) * d // "
+                 "world_size); wqkv_mine = wqkv.view(3, d, d)[:, mine].reshape(-1, d)"},
+             "a view of the three thirds, sliced at once"),
+    Shortcut("column_parallel_forward",
+             {1: "y_mine = F.linear(x, w_shard, b_shard); stacked = y_mine.new_empty("
+                 "(world_size * y_mine.shape[0], *y_mine.shape[1:])); "
+                 "dist.all_gather_single(stacked, y_mine.contiguous()); "
+                 "y = torch.cat(stacked.chunk(world_size), dim=-1)"},
+             "all_gather_single, its blocks put side by side"),
     Shortcut("mlp_bytes", {1: "ring = (n - 1) / n * e; yours, rows_twice = 2 * ring * b * d, "
                               "ring * b * h + ring * b * d"},
              "the ring share first"),
