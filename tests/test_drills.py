@@ -119,7 +119,7 @@ def test_the_course_setting_opens_every_notebook_by_default():
 DRILLED = [name for name in snippets.load(every=True) if name in all_tests()]
 # seed 000's drill mode: maskable positions of its ring / DDP / TP / pipeline snippets
 SEED_COUNTS = {"ring_allreduce": 53, "ddp_train": 63,
-               ("column_parallel_forward", "row_parallel_forward", "megatron_f_g"): 51,
+               ("column_parallel_forward", "row_parallel_forward"): 51,
                ("gpipe_table", "one_f_one_b_order", "run_stage"): 58}
 
 
@@ -176,7 +176,8 @@ def test_counts_per_snippet_against_the_reference_drill_modes():
     """Are the counts of the ring / DDP / TP / pipeline snippets of the order of seed 000's
     drill mode (53 / 63 / 51 / 58), never above it by much? Theirs count trivia (names,
     literals); ours count ideas the hidden test sees, so they are lower where a test sees
-    little (ddp_train: 9 of its 19 ideas; TP's snippets are three short functions)."""
+    little (ddp_train: 9 of its 19 ideas; TP's snippets are two short functions: 04's f/g
+    blank leaves one maskable position, so it is not drilled)."""
     for names, theirs in SEED_COUNTS.items():
         names = names if isinstance(names, tuple) else (names,)
         ours = sum(len(positions.maskable(snippets.get(n).source, n)) for n in names)

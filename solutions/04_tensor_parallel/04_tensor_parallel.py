@@ -386,7 +386,7 @@ print("Scale: x.grad =", x.grad.tolist())
 # (`megatron_f_g()` returns the two classes: made by a function, so that every function below
 # can get them with one call, on whatever rank it runs.)
 
-# %% solution="megatron_f_g" drill
+# %% solution="megatron_f_g"
 def megatron_f_g():
     """(f, g): Megatron-LM's operators, as autograd Functions on the default group."""
     f_backward, g_backward = all_reduce_sum, (lambda grad: grad)  # BLANK `f_backward, g_backward = all_reduce_sum, (lambda grad: grad)` the backward pass of f, then of g: two functions of a tensor # ACCEPT `f_backward, g_backward = (lambda grad: all_reduce_sum(grad)), (lambda grad: grad.clone())` # REJECT `f_backward, g_backward = (lambda grad: grad), all_reduce_sum` `f_backward, g_backward = (lambda grad: grad), (lambda grad: grad)` `f_backward, g_backward = all_reduce_sum, all_reduce_sum`
@@ -600,7 +600,7 @@ grade(tp_mlp)
 # $q = xW_q^\top$, $k = xW_k^\top$, $v = xW_v^\top$ (each of width $d$), head $i$ reads
 # features $i\,d_h$ to $(i+1)\,d_h - 1$ of $q$, $k$ and $v$, $d_h = d/n_h$; the heads' outputs
 # of width $d_h$ are concatenated, in head order, into the attention output, which the output
-# projection $W_o$ ($d \times d$) multiplies. As in Megatron-LM and most GPT code, the three
+# projection $W_o$ ($d \times d$) multiplies. As in GPT-2 and nanoGPT, the three
 # input projections are stored as **one** fused weight `wqkv` ($3d \times d$): $W_q$, $W_k$ and
 # $W_v$ stacked along dimension 0, in that order, so that one matmul computes $q$, $k$ and $v$
 # (see `attention` below).
