@@ -25,16 +25,17 @@ class ChallengeError(ValueError):
 
 
 def _refuse_library_calls(all_reduce, x):
-    """Run all_reduce(x) with the library's collectives replaced by a refusal."""
+    """Run all_reduce(x), recording which library collectives it called (the caller refuses
+    the score, on every rank alike, when any was)."""
     from distlab.intercept import intercepting
 
     called = []
 
     def wrap(name, real):
-        def refuse(*args, **kwargs):
+        def record(*args, **kwargs):
             called.append(name)
             return real(*args, **kwargs)  # finish the call: the other ranks wait for it
-        return refuse
+        return record
 
     with intercepting(LIBRARY, wrap):
         all_reduce(x)
