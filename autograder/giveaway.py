@@ -328,7 +328,7 @@ def check_assignment(assignment: str, solutions: Path = paths.SOLUTIONS,
     path = paths.source_path(assignment, solutions)
     shown_path = path.relative_to(paths.ROOT) if path.is_relative_to(paths.ROOT) else path
     nb = solved.load(assignment, solutions)
-    firsts = _first_lines(path, nb)
+    firsts = solved.first_lines(path, nb)
     kept = _kept_names(nb)
 
     def here(index: int, row: int) -> str:
@@ -405,13 +405,6 @@ def _one_blank(report: Report, blank: Blank, where: str, reason: str,
                                                f"{piece_where}: {piece.strip()[:90]}", reason,
                                                place=place))
                 return
-
-
-def _first_lines(path: Path, nb) -> list[int]:
-    """The line in the file of each cell's first source line."""
-    from autograder.strength.plan import _first_lines as first_lines
-
-    return first_lines(path, nb)
 
 
 def check(ids: list[str] | None = None,

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import sys
 import tempfile
+import time
 import warnings
 import zlib
 from dataclasses import dataclass, field
@@ -201,3 +203,47 @@ def grade(fn, points: float | None = None) -> float | None:
         earned, possible, report = 0.0, float(points or 0), [f"✗ could not grade: {err}"]
     print(report_text(name, earned, possible, report), end="")
     return earned
+
+
+def function_source(cells: list[str], name: str) -> str:
+    """The source of the last top-level `def name` in the cells (the one a kernel would use)."""
+    found = ""
+    for code in cells:
+        found = functions(code).get(name, found)
+    return found
+
+
+def verdicts(cells: list[str], graded: list[tuple[str, float | None]], student: str,
+             slot: int = 0, limits=None, call_seconds: float | None = None,
+             function_seconds: float = math.inf) -> list[Verdict]:
+    """The Verdict of each (function, points) of a submission whose code cells are `cells`,
+    decided outside the learner's kernel: the hidden tests run here against the judge's
+    `Remote`s (autograder.judge), the learner's functions in its sandboxed runner. One runner,
+    started once, serves the whole submission; each graded function, and each candidate of the
+    wrong-blank search (the learner's code with some reference answers in it), runs in a fresh
+    process forked from it. Runners are sandboxed with `limits`; one call may take
+    `call_seconds` (default: the judge's CALL_TIMEOUT), and one function's hidden test and
+    wrong-blank search together `function_seconds` (then it is not one blank).
+    """
+    from autograder.judge import CALL_TIMEOUT, Remote, Runner  # the grading side's, not a kernel's
+
+    runner = Runner(cells, slot=slot, limits=limits,
+                    call_seconds=CALL_TIMEOUT if call_seconds is None else call_seconds)
+    try:
+        results = []
+        for name, points in graded:
+            runner.deadline = time.monotonic() + function_seconds
+
+            def make(candidate: str | None, name=name):
+                runner.fork(candidate)
+                return Remote(runner, name)
+
+            try:
+                results.append(assess(name, function_source(cells, name), make, points,
+                                      student))
+            except Exception as err:  # noqa: BLE001 - one broken exercise must not sink the rest
+                results.append(Verdict(0.0, float(points or 0), [
+                    f"✗ {name}: could not be graded ({type(err).__name__})"]))
+        return results
+    finally:
+        runner.close()

@@ -88,6 +88,21 @@ def load(assignment: str, solutions: Path = SOLUTIONS) -> nbformat.NotebookNode:
     return nb
 
 
+def first_lines(path: Path, nb) -> list[int]:
+    """The line in the solved source `path` of each cell's first source line, for `nb` as
+    load() makes it (the give-away and strength checks' file:line)."""
+    text = path.read_text().split("\n")
+    headers = [line for _, _, line in percent_cells("\n".join(text))]
+    offset = len(headers) - len(nb.cells)  # a leading cell without `# %%`
+    firsts = []
+    for index, cell in enumerate(nb.cells):
+        start = headers[index + offset] if index + offset >= 0 else 0
+        head = cell.source.split("\n")[0]
+        firsts.append(next((n for n in range(start + 1, len(text) + 1) if text[n - 1] == head),
+                           start + 1))
+    return firsts
+
+
 def solution_cells(assignment: str, solutions: Path = SOLUTIONS):
     """(cell, blanks) for each solution cell of an assignment, blanks parsed from its markers."""
     nb = load(assignment, solutions)

@@ -107,8 +107,9 @@ def main(students: int = 4) -> list[dict]:
         _submit(grading, students)
         env = _env(grading)
         # release once, outside the timings (make grade then finds it up to date)
-        release = ("from autograder.batch import cli as grade; "
-                   f"grade.release_if_changed([{ASSIGNMENT!r}], grade.db_url())")
+        release = ("from autograder.batch.cli import release_if_changed; "
+                   "from autograder.records import db_url; "
+                   f"release_if_changed([{ASSIGNMENT!r}], db_url())")
         subprocess.run([sys.executable, "-c", release], cwd=paths.ROOT, env=env, check=True,
                        capture_output=True)
         autograde = _timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT,

@@ -36,7 +36,7 @@ RELEASED = Path(__file__).resolve().parents[1] / "notebooks" / ASSIGNMENT / f"{A
 def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):
     """Graded by the judge (the learner's code in a separate runner process, only plain values
     coming back), does the reference earn every point and one wrong blank cost one?"""
-    from autograder import judge
+    from autograder import grade_cell
     from autograder.judge import sandbox
 
     # the runner without its sandbox: the sandbox has tests of its own
@@ -52,7 +52,8 @@ def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong
         lines[row] = lines[row].replace(blank.answer, wrong, 1)
         return "\n".join(lines)
 
-    [(earned, possible, report)] = judge.verdicts(nb.solved_cells(edit), [(name, None)], "test")
+    [(earned, possible, report)] = grade_cell.verdicts(nb.solved_cells(edit), [(name, None)],
+                                                       "test")
     assert earned == possible - 1, report
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 

@@ -284,7 +284,7 @@ def test_the_judge_grades_outside_the_kernel_with_the_oracles_patched_in(monkeyp
     iteration_costs while one wrong blank of it costs one point and is named?"""
     import sys
 
-    from autograder import judge
+    from autograder import grade_cell, judge
 
     monkeypatch.setattr(judge, "runner_command", lambda *_: [sys.executable, "-m",
                                                                  "autograder.judge.runner"])
@@ -294,8 +294,8 @@ def test_the_judge_grades_outside_the_kernel_with_the_oracles_patched_in(monkeyp
                             "steps = 3 * n  # the reduce-scatter's")  # a wrong ring
         return code.replace("bubble = (pp - 1) * stage", "bubble = pp * stage")
 
-    verdicts = judge.verdicts(nb.solved_cells(edit), [("iteration_costs", None),
-                                                   ("hierarchical_allreduce_time", None)],
+    verdicts = grade_cell.verdicts(nb.solved_cells(edit), [("iteration_costs", None),
+                                                        ("hierarchical_allreduce_time", None)],
                               "test")
     (earned, possible, report), (hier_earned, hier_possible, _) = verdicts
     assert earned == possible - 1 and "looks wrong: [4]" in "\n".join(report), report

@@ -71,7 +71,7 @@ def test_a_broken_broadcast_does_not_cost_the_ddp_classes():
 ])
 def test_the_judge_names_a_wrong_blank(name, number, wrong, monkeypatch):
     """Under the judge, does one wrong blank cost exactly its point, and is it named?"""
-    from autograder import judge
+    from autograder import grade_cell
     from autograder.judge import sandbox
 
     monkeypatch.setattr(sandbox, "available", lambda: False)
@@ -85,7 +85,8 @@ def test_the_judge_names_a_wrong_blank(name, number, wrong, monkeypatch):
         lines[row] = lines[row].replace(blank.answer, wrong, 1)
         return "\n".join(lines)
 
-    [(earned, possible, report)] = judge.verdicts(nb.solved_cells(edit), [(name, None)], "test")
+    [(earned, possible, report)] = grade_cell.verdicts(nb.solved_cells(edit), [(name, None)],
+                                                       "test")
     assert earned == possible - 1, report
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 

@@ -1,7 +1,7 @@
 """definitions.functions: the functions a cell defines, as the judge and the references find
 them in a submission or a solved source."""
 
-from autograder.judge import function_source
+from autograder.grade_cell import function_source
 from distlab.source.definitions import functions
 
 

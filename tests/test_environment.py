@@ -32,9 +32,9 @@ def _conda_pip():
 def test_environment_yml_lists_what_pyproject_lists():
     """Does environment.yml install exactly both projects' dependencies (dev included), and
     both projects?"""
-    wanted = [d for d in _dependencies() if not d.startswith(("torch", "distlab"))]
+    wanted = {d for d in _dependencies() if not d.startswith(("torch", "distlab"))}
     conda = [d for d in _conda_pip() if not d.startswith("torch")]
-    assert sorted(conda) == sorted(wanted)
+    assert sorted(conda) == sorted(wanted)  # once each: nbformat is both projects'
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert {"--editable ./src", "--editable ."} <= set(pip)

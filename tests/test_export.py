@@ -13,17 +13,19 @@ import pytest
 import torch
 
 from distlab.blanks import BlankNotFilled
-from distlab.export import ExportError, export
+from distlab.export import EXPORTABLE, ExportError, chosen_exercises, export
 from distlab.export.__main__ import main
+from distlab.export.reading import read_notebook
 from distlab.export.runtime import Ranks, WorldSizeRefused
 from distlab.export.tensor_parallel import check_column_parallel_forward
 from distlab.source.cells import solution_sources
 from distlab.source.markers import strip_markers
-from distlab.source.paths import ROOT, source_path
+from distlab.source.paths import ROOT, assignment_ids, source_path
 
 HERE = Path(__file__).parent
-EXPORTED = ("01_collectives", "02_cost_models", "03_data_parallel", "04_tensor_parallel",
-            "05_pipeline_parallel", "06_zero")
+# the notebooks whose solved source defines an exercise that exports (found, not listed)
+EXPORTED = [a for a in assignment_ids()
+            if set(EXPORTABLE) & set(read_notebook(source_path(a)).definitions)]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 SMALL = ["--bytes", "65536", "--repeats", "2"]  # the timings, kept short for a test
 
@@ -35,16 +37,17 @@ def torchrun(nproc: int, *args, timeout=240) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def scripts(tmp_path_factory) -> list[Path]:
+def scripts(tmp_path_factory) -> dict[str, Path]:
+    """Each exported notebook's script, by notebook id."""
     out = tmp_path_factory.mktemp("torchrun")
-    return [export(source_path(id), [], out) for id in EXPORTED]
+    return {id: export(source_path(id), [], out) for id in EXPORTED}
 
 
 @pytest.fixture(scope="module", params=[2, 4])
 def together(request, scripts) -> tuple[int, subprocess.CompletedProcess]:
     """Every exported script's exercises on `n` gloo ranks, in one launch."""
     n = request.param
-    return n, torchrun(n, HERE / "torchrun_together.py", *scripts, "--", *SMALL,
+    return n, torchrun(n, HERE / "torchrun_together.py", *scripts.values(), "--", *SMALL,
                        "--backend", "gloo")
 
 
@@ -52,9 +55,10 @@ def together(request, scripts) -> tuple[int, subprocess.CompletedProcess]:
 def test_do_the_solved_exercises_pass_under_torchrun_at_two_world_sizes(together):
     n, done = together
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    names = ["hello_allreduce", "ring_allreduce_p2p", "fast_all_reduce", "sync_sgd_step",
-             "DDPBucketed", "column_parallel_forward", "row_parallel_forward", "run_stage",
-             "ShardedOptimizer"]
+    names = [e.name for id in EXPORTED for e in chosen_exercises(source_path(id), [])]
+    assert {"hello_allreduce", "ring_allreduce_p2p", "fast_all_reduce", "sync_sgd_step",
+            "DDPBucketed", "column_parallel_forward", "row_parallel_forward", "run_stage",
+            "ShardedOptimizer"} <= set(names)  # 01-06's
     for name in names:
         assert f"✓ {name}\n" in done.stdout, f"{name} did not pass on {n} ranks:\n{done.stdout}"
     assert f"{len(names)} passed on {n} ranks" in done.stdout
@@ -110,15 +114,15 @@ def test_does_a_wrong_answer_fail_under_torchrun_too(tmp_path):
 
 
 def test_does_the_script_hold_only_the_learners_exercises_and_the_code_they_use(scripts):
-    text = scripts[0].read_text()  # 01_collectives
+    text = scripts["01_collectives"].read_text()
     assert "def ring_allreduce_p2p(" in text and "def hello_allreduce(" in text
     # other exercises, the notebook's check cells and the markers' answer lists stay out
     for absent in ("def ring_allreduce(", "def chunk_bounds(", "compare_with_all_reduce",
                    "show_ring", "from distlab", "# BLANK", "REJECT", "ACCEPT"):
         assert absent not in text, absent
-    zero = scripts[-1].read_text()  # ShardedOptimizer needs the learner's assign_params
+    zero = scripts["06_zero"].read_text()  # ShardedOptimizer needs the learner's assign_params
     assert "def assign_params(" in zero and "def model_state_bytes(" not in zero
-    compile(text, str(scripts[0]), "exec")
+    compile(text, str(scripts["01_collectives"]), "exec")
 
 
 def learner_notebook(tmp_path: Path, filled: dict[str, str]) -> Path:
@@ -182,7 +186,8 @@ def test_does_a_world_size_the_check_cannot_split_get_a_clear_message():
                     "exported scripts runs only where torch sees one")
 def test_do_the_exported_scripts_run_on_nccl(scripts):
     n = min(torch.cuda.device_count(), 2)
-    done = torchrun(n, HERE / "torchrun_together.py", scripts[0], scripts[1], scripts[-1])
+    done = torchrun(n, HERE / "torchrun_together.py", scripts["01_collectives"],
+                    scripts["02_cost_models"], scripts["06_zero"])
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert f"on {n} ranks (nccl)" in done.stdout
 

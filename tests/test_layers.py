@@ -12,11 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_import_contracts_hold():
     """lint-imports ([tool.importlinter] in pyproject.toml): distlab -> autograder is
-    forbidden, autograder sits on distlab, distlab.source is the bottom of distlab."""
+    forbidden, autograder sits on distlab, distlab.source is the bottom of distlab, no import
+    cycle (lazy imports included), the rank launcher and autograder's layers go one way, the
+    judge at the bottom. Every contract is counted: none is skipped."""
+    contracts = (ROOT / "pyproject.toml").read_text().count("\n[[tool.importlinter.contracts]]\n")
     lint = Path(sys.executable).with_name("lint-imports")
     result = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 kept, 0 broken" in result.stdout, result.stdout
+    assert f"{contracts} kept, 0 broken" in result.stdout, result.stdout
 
 
 def test_the_learners_wheel_holds_distlab_and_nothing_of_the_grading_side(tmp_path):

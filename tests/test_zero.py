@@ -83,7 +83,7 @@ def test_the_judge_names_a_wrong_blank_outside_the_kernel(monkeypatch):
     """Graded by the judge (the learner's code in a separate runner, only plain values coming
     back), does one wrong blank cost one point, and is it named? (The judge's full marks for
     every solved exercise: tests/system/test_grading.py, under make grade.)"""
-    from autograder import judge, solved
+    from autograder import grade_cell, solved
     from autograder.judge import sandbox
 
     monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
@@ -91,7 +91,7 @@ def test_the_judge_names_a_wrong_blank_outside_the_kernel(monkeypatch):
     wrong = [c.replace("-(-self.numel // self.world_size)  #",
                        "self.numel // self.world_size + 1  #") for c in cells]
     assert wrong != cells
-    [(earned, possible, report)] = judge.verdicts(wrong, [("FlatShard", None)], "s")
+    [(earned, possible, report)] = grade_cell.verdicts(wrong, [("FlatShard", None)], "s")
     assert (earned, possible) == (1, 2) and "looks wrong: [1]" in "\n".join(report), report
 
 

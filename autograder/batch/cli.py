@@ -36,6 +36,7 @@ from queue import SimpleQueue
 from autograder import nbgrader_cli
 from autograder.batch import worker
 from autograder.judge import sandbox, wire
+from autograder.records import db_path
 from distlab.source import paths
 
 GRADING = paths.GRADING
@@ -44,14 +45,6 @@ GRADES = GRADING / "grades"
 FEEDBACK = GRADING / "feedback"
 LOGS = GRADING / "logs"
 LIMIT_FLAG = re.compile(r"^--GradingLimits\.\w+=\S+$")
-
-
-def db_url() -> str:
-    """The gradebook's SQLAlchemy URL, as nbgrader_config.py sets it."""
-    from traitlets.config.loader import PyFileConfigLoader
-
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(paths.ROOT)).load_config()
-    return config.CourseDirectory.db_url
 
 
 @dataclass
@@ -83,11 +76,6 @@ def release_if_changed(ids: list[str], url: str) -> None:
     release.release(changed, release_dir=GRADING / "release")
     for assignment in changed:
         stamps[assignment].write_text(digests[assignment])
-
-
-def db_path(url: str) -> str:
-    """The SQLite file of a gradebook URL ('' for other databases)."""
-    return url.removeprefix("sqlite:///").split("?")[0] if url.startswith("sqlite:///") else ""
 
 
 def submissions(ids: list[str], submitted: Path = SUBMITTED) -> list[tuple[str, str]]:

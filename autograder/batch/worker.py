@@ -71,7 +71,7 @@ def problem(log: str) -> str:
 def changed_outside_blanks(autograded: Path) -> str:
     """The graded functions of an autograded notebook whose code the learner changed outside
     the blanks (the judge's verdicts say so; the change earned nothing), space-separated."""
-    from autograder.report.collect import verdicts
+    from autograder.records import verdicts
 
     return " ".join(function for path in sorted(autograded.glob("*.ipynb"))
                     for function, verdict in verdicts(path).items() if verdict["changed"])

@@ -1,11 +1,15 @@
-"""The trusted half of grading: decide a graded function's points outside the learner's kernel.
+"""The judge: run a learner's functions in a sandboxed runner, outside the learner's kernel.
 
-The judge reads the submitted notebook's code as text, starts `autograder.judge.runner` in the
-sandbox to define it, and runs the same hidden test as `grade()` with a `Remote` in place of
-the learner's function: the test (inputs, oracle, verdict) runs here, only the learner's calls
-run there, and only plain values come back. Locating the wrong blank works the same way, each
-candidate in a fresh runner, so no answer ever reaches the process that holds the learner's
-first results.
+The judge's client (`Runner`, `Remote`) takes the submitted notebook's code as text, starts
+`autograder.judge.runner` in the sandbox to define it, and stands in for the learner's
+functions: a hidden test given a `Remote` (autograder.grade_cell.verdicts) runs in the grading
+process (inputs, oracle, verdict), only the learner's calls run in the runner, and only plain
+values come back. Locating the wrong blank works the same way, each candidate in a fresh
+runner, so no answer ever reaches the process that holds the learner's first results.
+
+The package drives no grading: it imports nothing of the course above it (no hidden test,
+reference or grade_cell; an import contract in pyproject.toml holds it), so the runner's
+sandbox, which shows this folder alone of the grading side, holds nothing secret.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ import sys
 import time
 
 from autograder.judge import shipping, wire
-from distlab.source.definitions import functions
 from distlab.source.paths import ROOT
 
 CALL_TIMEOUT = 60.0  # s per call of a learner's function; GradingLimits.call_seconds sets it
@@ -234,45 +237,3 @@ class Remote:
     def close(self):
         """The test is over: end the process that ran it (the runner stays warm)."""
         self._runner.end()
-
-
-def function_source(cells: list[str], name: str) -> str:
-    """The source of the last top-level `def name` in the cells (the one a kernel would use)."""
-    found = ""
-    for code in cells:
-        found = functions(code).get(name, found)
-    return found
-
-
-def verdicts(cells: list[str], graded: list[tuple[str, float | None]], student: str,
-             slot: int = 0, limits=None, call_seconds: float = CALL_TIMEOUT,
-             function_seconds: float = math.inf) -> list:
-    """The grade_cell.Verdict (it unpacks as (earned, possible, report)) of each (function,
-    points) of a submission whose code cells are `cells`. One runner, started once, serves
-    the whole submission; each graded function, and each candidate of the wrong-blank search
-    (the learner's code with some reference answers in it), runs in a fresh process forked
-    from it. Runners are sandboxed with `limits`; one call may take `call_seconds`, and one
-    function's hidden test and wrong-blank search together `function_seconds` (then it is
-    not one blank).
-    """
-    from autograder.grade_cell import Verdict, assess
-
-    runner = Runner(cells, slot=slot, limits=limits, call_seconds=call_seconds)
-    try:
-        results = []
-        for name, points in graded:
-            runner.deadline = time.monotonic() + function_seconds
-
-            def make(candidate: str | None, name=name):
-                runner.fork(candidate)
-                return Remote(runner, name)
-
-            try:
-                results.append(assess(name, function_source(cells, name), make, points,
-                                      student))
-            except Exception as err:  # noqa: BLE001 - one broken exercise must not sink the rest
-                results.append(Verdict(0.0, float(points or 0), [
-                    f"✗ {name}: could not be graded ({type(err).__name__})"]))
-        return results
-    finally:
-        runner.close()

@@ -2,15 +2,16 @@
 
 It runs inside `nbgrader autograde`, after Execute and before SaveAutoGrades. A graded cell
 whose (locked, restored) source calls `grade(fn)` gets its outputs rewritten from
-`autograder.judge.verdicts`: the report as stdout and the points as the cell's value, which
+`autograder.grade_cell.verdicts` (the hidden tests run here, the learner's functions in the
+judge's runner): the report as stdout and the points as the cell's value, which
 nbgrader reads as partial credit. Whatever the learner's kernel printed or returned there,
 a fake "score: 5 / 5" included, is discarded.
 
 The verdict's details (per blank what was graded there and whether it earned its point, a
 change outside the blanks, the hidden test's complaint) go into the cell's metadata,
-`distlab.verdict`, for the class report (autograder/report/): the autograded notebook is the
-grader's own file, and that key is dropped from every other cell, so a submission cannot bring
-its own.
+`distlab.verdict` (autograder/records.py), for the class report (autograder/report/): the
+autograded notebook is the grader's own file, and that key is dropped from every other cell, so
+a submission cannot bring its own.
 """
 
 import re
@@ -20,10 +21,9 @@ from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool
 
-from autograder import judge
+from autograder import grade_cell, records
 from autograder.grade_cell import Verdict, report_text
 
-VERDICT = "verdict"  # the key under cell.metadata["distlab"]
 GRADE_CALL = re.compile(r"^\s*grade\((\w+)(?:,\s*points=([\d.]+))?\)\s*$", re.M)
 
 
@@ -43,7 +43,7 @@ class JudgeGrades(NbGraderPreprocessor):
         if not self.enabled:
             return nb, resources
         for cell in nb.cells:  # only the judge writes verdicts
-            cell.metadata.get("distlab", {}).pop(VERDICT, None)
+            records.drop_verdict(cell)
         student = resources.get("nbgrader", {}).get("student", "")
         code = [c.source for c in nb.cells if c.cell_type == "code" and not utils.is_grade(c)]
         graded = []
@@ -54,9 +54,9 @@ class JudgeGrades(NbGraderPreprocessor):
 
         limits = GradingLimits(parent=self)  # the submission's limits hold for the judge too
         try:
-            verdicts = judge.verdicts(code, [(name, points) for _, name, points in graded],
-                                      student, slot(), limits.sandbox_limits(),
-                                      limits.call_seconds, limits.function_seconds)
+            verdicts = grade_cell.verdicts(code, [(name, points) for _, name, points in graded],
+                                           student, slot(), limits.sandbox_limits(),
+                                           limits.call_seconds, limits.function_seconds)
         except Exception as err:  # noqa: BLE001 - the notebook still gets a (zero) grade
             self.log.error("judging failed: %s", err)
             verdicts = [Verdict(0.0, 0.0, [f"✗ {name}: could not be graded ({err})"])
@@ -67,6 +67,5 @@ class JudgeGrades(NbGraderPreprocessor):
                 new_output("execute_result", data={"text/plain": repr(verdict.earned)},
                            execution_count=cell.get("execution_count")),
             ]
-            cell.metadata.setdefault("distlab", {})[VERDICT] = {"function": name,
-                                                                **verdict.record()}
+            records.keep_verdict(cell, name, verdict.record())
         return nb, resources

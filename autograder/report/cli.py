@@ -7,6 +7,7 @@ import secrets
 import sys
 from pathlib import Path
 
+from autograder.records import db_path, db_url
 from autograder.report import collect, page, tally
 from distlab.source import paths
 
@@ -69,8 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worst", type=int, default=5,
                         help="blanks whose wrong answers are listed (default 5)")
     args = parser.parse_args(argv)
-    from autograder.batch.cli import db_path, db_url
-
     ids = args.ids or paths.assignment_ids()
     if unknown := sorted(set(ids) - set(paths.assignment_ids())):
         parser.error(f"no solved source for {', '.join(unknown)} (assignments: "

@@ -1,15 +1,16 @@
 """Read a graded class back, without running anything: each student's points per graded cell
 from the gradebook (one query per assignment), and each graded function's verdict (what was
 written in each blank, which blanks lost their point, a change outside the blanks, the hidden
-test's complaint) from the metadata JudgeGrades left in the autograded notebook.
+test's complaint) from the metadata JudgeGrades left in the autograded notebook (read by
+autograder.records, which make grade's CSV reads too).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.records import verdicts
 from distlab.source.cells import solution_sources
 from distlab.source.definitions import functions
 from distlab.source.markers import Blank, blank_source
@@ -66,21 +67,6 @@ def cell_scores(url: str, assignment: str) -> dict[str, dict[str, tuple[float, f
         for student, cell, score, most in rows:
             scores.setdefault(student, {})[cell] = (float(score or 0), float(most or 0))
     return scores
-
-
-def verdicts(notebook: Path) -> dict[str, dict]:
-    """function -> the judge's verdict, from an autograded notebook's graded cells."""
-    try:
-        cells = json.loads(notebook.read_text())["cells"]
-    except (OSError, ValueError, KeyError):
-        return {}
-    found = {}
-    for cell in cells:
-        meta = cell.get("metadata", {})
-        verdict = meta.get("distlab", {}).get("verdict")
-        if verdict and meta.get("nbgrader", {}).get("grade"):
-            found[verdict["function"]] = verdict
-    return found
 
 
 def read_class(assignment: str, url: str, grading: Path) -> GradedClass:

@@ -1,20 +1,21 @@
 """`python -m autograder.strength`: the give-away check, then the blank-strength check, a report
-per notebook and exit status 1 on any failure."""
+per notebook and exit status 1 on any failure (autograder/strength/__init__.py says more)."""
 
 from __future__ import annotations
 
 import argparse
 import time
 
-import autograder.strength
 from autograder import giveaway
 from autograder.strength.run import check
 from distlab.source.markers import MarkerError
 
+DESCRIPTION = ("The blank-strength check: does every plausible wrong answer to a blank fail its "
+               "hidden test? (The give-away check runs first.)")
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.strength",
-                                     description=autograder.strength.__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m autograder.strength", description=DESCRIPTION)
     parser.add_argument("ids", nargs="*", help="assignment ids (default: all)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="worker processes (default: one per core)")

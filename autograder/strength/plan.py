@@ -19,7 +19,6 @@ from autograder.mutants import (
     scope_of,
 )
 from distlab.source import paths
-from distlab.source.cells import percent_cells
 from distlab.source.definitions import definitions
 from distlab.source.markers import BLANK, Blank, MarkerError, blank_source, comment_start
 
@@ -57,20 +56,6 @@ def _tests() -> dict:
     from autograder import exercises
 
     return exercises.all_tests()
-
-
-def _first_lines(path: Path, nb) -> list[int]:
-    """The line in the file of each cell's first source line."""
-    text = path.read_text().split("\n")
-    headers = [line for _, _, line in percent_cells("\n".join(text))]
-    offset = len(headers) - len(nb.cells)  # a leading cell without `# %%`
-    firsts = []
-    for index, cell in enumerate(nb.cells):
-        start = headers[index + offset] if index + offset >= 0 else 0
-        head = cell.source.split("\n")[0]
-        firsts.append(next((n for n in range(start + 1, len(text) + 1) if text[n - 1] == head),
-                           start + 1))
-    return firsts
 
 
 def _fill(template: str, blanks: list[Blank], answers: dict[int, str]) -> str:
@@ -147,7 +132,7 @@ def plan(assignment: str, solutions: Path = paths.SOLUTIONS,
     shown = path.relative_to(paths.ROOT) if path.is_relative_to(paths.ROOT) else path
     nb = solved.load(assignment, solutions)
     names, tests = namespace(assignment, solutions), _tests()
-    firsts = _first_lines(path, nb)
+    firsts = solved.first_lines(path, nb)
     cases = []
     for index, cell in enumerate(nb.cells):
         if not cell.metadata.get("nbgrader", {}).get("solution"):

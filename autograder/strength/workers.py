@@ -71,8 +71,7 @@ def _serve(conn: Connection, folder: str) -> None:
     included, live in `folder`."""
     import distlab.launch
 
-    # a launcher the parent had started is the parent's: this worker starts its own
-    distlab.launch._pool = distlab.launch._log_dir = None
+    distlab.launch.disown()  # a launcher the parent had started is the parent's
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     os.makedirs(folder, exist_ok=True)
     os.environ["TMPDIR"] = tempfile.tempdir = folder

@@ -7,7 +7,7 @@ runs no torch op (forking after one can hang OpenMP), and forks a fresh set of r
 the notebook asks for another world size or after an error.
 Each rank connects back to the notebook over the Unix socket and then serves calls:
 
-    notebook -> rank   ("run", call_id, header, payload)    payload = launch.dumps((fn, args))
+    notebook -> rank   ("run", call_id, header, payload)    payload = _ranks.dumps((fn, args))
     notebook -> rank   ("where", call_id)                   answered by a second thread
     rank -> notebook   ("done" | "error" | "where", call_id, rank, body)
 
@@ -38,7 +38,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from distlab import launch
+from distlab import _ranks
 from distlab._gc import long_lived
 from distlab.intercept import intercepting
 from distlab.source import settings
@@ -123,9 +123,9 @@ class Rank:
         self.conn = connect(path, ("rank", rank, os.getpid()))
         if "nccl" in backend:
             torch.cuda.set_device(rank)
-            launch._rank_device = torch.device("cuda", rank)
+            _ranks.set_device(torch.device("cuda", rank))
         else:
-            launch._rank_device = torch.device("cpu")
+            _ranks.set_device(torch.device("cpu"))
         self.calls: queue.SimpleQueue = queue.SimpleQueue()
         self.send_lock = threading.Lock()
         self.main_thread = threading.get_ident()
@@ -199,13 +199,13 @@ class Rank:
         if dist.is_initialized():
             dist.destroy_process_group()
         if header["init_group"]:
-            extra = {"device_id": launch._rank_device} if "nccl" in self.backend else {}
+            extra = {"device_id": _ranks.device()} if "nccl" in self.backend else {}
             dist.init_process_group(self.backend, init_method=f"file://{header['store']}",
                                     rank=self.rank, world_size=self.world_size, **extra)
 
     def pack(self, result) -> bytes:
         try:
-            return launch.dumps(to_cpu(result))
+            return _ranks.dumps(to_cpu(result))
         except Exception as exc:
             raise TypeError(f"what rank {self.rank} returned cannot be sent back to the notebook "
                             f"({exc}); return plain values or tensors (.detach())") from None
@@ -216,7 +216,7 @@ class Rank:
         call = peer = learner = None
         while frame is not None and self.call_id is not None:
             code = frame.f_code
-            if launch.is_learner_file(code.co_filename, self.fn_file):
+            if _ranks.is_learner_file(code.co_filename, self.fn_file):
                 learner = (code.co_filename, frame.f_lineno, code.co_name)
                 break
             public = not code.co_name.startswith("_") and hasattr(dist, code.co_name)

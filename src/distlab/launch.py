@@ -22,31 +22,24 @@ Workers write stdout and stderr to a log file (log_dir()), never to the notebook
 from __future__ import annotations
 
 import atexit
-import io
 import linecache
-import marshal
 import os
 import pickle
 import shutil
-import sysconfig
 import tempfile
-import types
-from collections import ChainMap
-
-import cloudpickle
 
 from distlab._pool import Pool
+from distlab._ranks import device, dumps, is_learner_file
 from distlab.blanks import require_filled
+
+__all__ = ["COLLECTIVES", "MIXED", "DeadlockError", "RankError", "device", "disown", "dumps",
+           "is_learner_file", "log_dir", "log_path", "run", "shutdown", "start_ranks_launcher"]
 
 COLLECTIVES = {"all_reduce", "barrier", "broadcast", "all_gather", "all_gather_single",
                "reduce_scatter", "reduce_scatter_single", "reduce", "gather", "scatter",
                "all_to_all", "all_to_all_single", "all_gather_object", "broadcast_object_list"}
 MIXED = "cpu:gloo,cuda:nccl"
-_LIBRARY_DIRS = tuple({os.path.join(sysconfig.get_paths()[key], "")
-                       for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-                      | {os.path.join(os.path.dirname(os.path.abspath(__file__)), "")})
 
-_rank_device = None  # set inside each rank by distlab._worker; read by device()
 _pool = None
 _log_dir = None
 
@@ -166,13 +159,6 @@ def _in_notebook() -> bool:
             and type(sys.stdout).__name__ == "OutStream")
 
 
-def device():
-    """The torch.device this rank computes on: cuda:<rank> on the nccl path, cpu on gloo."""
-    import torch
-
-    return _rank_device if _rank_device is not None else torch.device("cpu")
-
-
 def log_dir() -> str:
     """The folder of workers.log, where the ranks' stderr goes (gloo messages, warnings)."""
     global _log_dir
@@ -205,27 +191,12 @@ def shutdown() -> None:
         _pool = None
 
 
-def is_learner_file(path: str, fn_file: str | None = None) -> bool:
-    """Is this code the learner's (a cell, a test, their module), not torch's, Python's or ours?"""
-    if path == fn_file:
-        return True
-    if path.startswith("<frozen") or "site-packages" in path or "dist-packages" in path:
-        return False
-    return not path.startswith(_LIBRARY_DIRS)
-
-
-class _Pickler(cloudpickle.Pickler):
-    # cloudpickle 3 renames the file of every code object it ships to "<dynamic-code>"; marshal
-    # keeps the real one (same interpreter on both sides), so a rank's traceback names the cell.
-    dispatch_table = ChainMap({types.CodeType: lambda c: (marshal.loads, (marshal.dumps(c),))},
-                              cloudpickle.Pickler.dispatch_table)
-
-
-def dumps(obj) -> bytes:
-    """cloudpickle.dumps, except that functions keep the file (cell) they were defined in."""
-    buffer = io.BytesIO()
-    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-    return buffer.getvalue()
+def disown() -> None:
+    """In a process forked from one that had started the ranks: forget that launcher and its
+    log folder (they are the parent's, to stop and remove); the next run() or
+    start_ranks_launcher() starts this process's own."""
+    global _pool, _log_dir
+    _pool = _log_dir = None
 
 
 def _get_pool() -> Pool:

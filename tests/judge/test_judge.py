@@ -80,12 +80,13 @@ def test_an_undefined_function_is_a_name_error(runner):
 
 
 def test_verdicts_grade_each_function_and_survive_a_broken_one():
-    """Does verdicts() give the reference full points and a missing function zero, in order?"""
-    from autograder import reference
+    """Does grade_cell.verdicts() (the hidden tests here, the functions in the judge's runner)
+    give the reference full points and a missing function zero, in order?"""
+    from autograder import grade_cell, reference
 
     cells = [f"import numpy as np\n{reference.locate('chunk_bounds')[1].source}\n"]
-    verdicts = judge.verdicts(cells, [("chunk_bounds", None), ("ring_allreduce", None)], "t",
-                              call_seconds=10, function_seconds=math.inf)
+    verdicts = grade_cell.verdicts(cells, [("chunk_bounds", None), ("ring_allreduce", None)],
+                                   "t", call_seconds=10, function_seconds=math.inf)
     (earned, possible, _), (zero, _, report) = verdicts
     assert earned == possible > 0
     assert zero == 0 and "ring_allreduce" in report[0]
@@ -213,7 +214,7 @@ def test_a_blank_that_takes_the_answer_from_the_grading_side_earns_nothing(sandb
     point, failing on the import and the read?"""
     from notebook_testing import answered
 
-    from autograder import reference, solved
+    from autograder import grade_cell, reference, solved
 
     edits = {"chunk_bounds": FROM_ORACLE, "ring_allreduce": {2: FROM_SHORTCUTS}}
     cells = []
@@ -224,7 +225,7 @@ def test_a_blank_that_takes_the_answer_from_the_grading_side_earns_nothing(sandb
             if name in edits:
                 source = answered(source, reference.locate(name)[2], edits[name], name)
             cells.append(source)
-    (oracle, _, oracle_report), (read, possible, read_report) = judge.verdicts(
+    (oracle, _, oracle_report), (read, possible, read_report) = grade_cell.verdicts(
         cells, [("chunk_bounds", None), ("ring_allreduce", None)], "t", call_seconds=30)
     assert oracle == 0, oracle_report
     assert "No module named 'autograder.exercises'" in "\n".join(oracle_report), oracle_report

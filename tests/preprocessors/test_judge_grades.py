@@ -30,7 +30,7 @@ def test_the_verdict_replaces_the_kernels_output(monkeypatch):
         seen.update(cells=cells, graded=graded_fns, student=student)
         return [Verdict(1.0, 3.0, ["✗ f", "  looks wrong: [2]"])]
 
-    monkeypatch.setattr(judge_grades.judge, "verdicts", verdicts)
+    monkeypatch.setattr(judge_grades.grade_cell, "verdicts", verdicts)
     nb, _ = JudgeGrades().preprocess(notebook(), {"nbgrader": {"student": "ann"}})
     outputs = nb.cells[1].outputs
     assert outputs[0].text == "✗ f\n  looks wrong: [2]\nscore: 1 / 3\n"
@@ -46,7 +46,7 @@ def test_the_verdict_is_kept_for_the_class_report_and_a_forged_one_is_dropped(mo
         return [Verdict(2.0, 3.0, ["✗ f"], fills={1: "a", 2: "b + 1", 3: "c"}, lost=[2],
                         reason="f(2) is 3, expected 2")]
 
-    monkeypatch.setattr(judge_grades.judge, "verdicts", verdicts)
+    monkeypatch.setattr(judge_grades.grade_cell, "verdicts", verdicts)
     nb = notebook()
     forged = {"function": "f", "earned": 3.0, "possible": 3.0, "lost": []}
     nb.cells[0].metadata["distlab"] = {"verdict": forged}
@@ -66,7 +66,7 @@ def test_a_judge_that_fails_gives_zero_and_says_so(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no runner")
 
-    monkeypatch.setattr(judge_grades.judge, "verdicts", broken)
+    monkeypatch.setattr(judge_grades.grade_cell, "verdicts", broken)
     nb, _ = JudgeGrades().preprocess(notebook(), {})
     assert nb.cells[1].outputs[1].data["text/plain"] == "0.0"
     assert "could not be graded (no runner)" in nb.cells[1].outputs[0].text

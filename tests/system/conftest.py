@@ -43,7 +43,8 @@ def start_from_release(tmp_path_factory):
             if not (shared / "done").exists():
                 env = dict(os.environ, DISTLAB_GRADING_DIR=str(shared),
                            PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-                code = ("from autograder.batch.cli import db_url, release_if_changed\n"
+                code = ("from autograder.batch.cli import release_if_changed\n"
+                        "from autograder.records import db_url\n"
                         "from distlab.source import paths\n"
                         "release_if_changed(paths.assignment_ids(), db_url())\n")
                 result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,

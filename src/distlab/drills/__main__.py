@@ -27,6 +27,9 @@ import re
 import sys
 from pathlib import Path
 
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
 from distlab.drills import Checker, DrillError, draw, history, load, maskable, record, server
 from distlab.drills.check import Verdict, normalise
 from distlab.drills.positions import template
@@ -76,19 +79,19 @@ def write(name: str, seed: int, blanks: int, out: Path, ignore_history: bool = F
     snippet, positions, chosen = draw(name, blanks, seed, ignore_history)
     lines = template(snippet.source, chosen)
     summary = f"{len(positions)} maskable | {len(chosen)} masked"
-    notebook = {
-        "nbformat": 4, "nbformat_minor": 5,
-        "metadata": {"kernelspec": KERNELSPEC, "language_info": {"name": "python"},
-                     KEY: {"snippet": name, "seed": seed, "source": _digest(snippet.source),
-                           "spans": [[p.start, p.end] for p in chosen]}},
-        "cells": [
-            {"id": "drill-intro", "cell_type": "markdown", "metadata": {}, "source":
-             f"# Drill: `{name}` ({snippet.assignment})\n\nseed {seed}: {summary}. Replace each "
-             f"`{BLANK}` with the code that stood there, then run\n"
-             f"`python -m distlab.drills check {out.name}`."},
-            {"id": "drill-code", "cell_type": "code", "metadata": {KEY: True},
-             "execution_count": None, "outputs": [], "source": cell_text(lines)},
-        ]}
+    notebook = new_notebook(
+        metadata={"kernelspec": KERNELSPEC, "language_info": {"name": "python"},
+                  KEY: {"snippet": name, "seed": seed, "source": _digest(snippet.source),
+                        "spans": [[p.start, p.end] for p in chosen]}},
+        cells=[
+            new_markdown_cell(
+                f"# Drill: `{name}` ({snippet.assignment})\n\nseed {seed}: {summary}. Replace "
+                f"each `{BLANK}` with the code that stood there, then run\n"
+                f"`python -m distlab.drills check {out.name}`.", id="drill-intro"),
+            new_code_cell(cell_text(lines), id="drill-code", metadata={KEY: True}),
+        ])
+    # nbformat.write would store each source as a list of lines; one string a cell is as valid
+    # and what a learner's diff and the tests read
     out.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
     server.ask({"op": "warm", "snippet": name}, timeout=10)  # warm by the time you check
     return f"wrote {out}: {name}, seed {seed}, {summary}"
@@ -97,10 +100,11 @@ def write(name: str, seed: int, blanks: int, out: Path, ignore_history: bool = F
 def _drill_of(path: Path):
     """(snippet, chosen positions, answers) of a drill notebook written by `write`."""
     try:
-        notebook = json.loads(path.read_text())
-        meta = notebook["metadata"][KEY]
-        cell = next(c for c in notebook["cells"] if c.get("metadata", {}).get(KEY))
-    except (OSError, ValueError, KeyError, StopIteration) as err:
+        notebook = nbformat.read(path, as_version=4)
+        meta = notebook.metadata[KEY]
+        cell = next(c for c in notebook.cells if c.metadata.get(KEY))
+    except (OSError, ValueError, KeyError, AttributeError, StopIteration,
+            nbformat.ValidationError) as err:
         raise DrillError(f"{path} is not a drill notebook written by `write` "
                          f"({type(err).__name__}: {err})") from None
     snippet = get(meta["snippet"])
@@ -109,8 +113,7 @@ def _drill_of(path: Path):
                          "written: write a new drill")
     by_span = {(p.start, p.end): p for p in maskable(snippet.source, snippet.name)}
     chosen = sorted(by_span[tuple(span)] for span in meta["spans"])
-    source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-    return snippet, chosen, read_answers(source, template(snippet.source, chosen))
+    return snippet, chosen, read_answers(cell.source, template(snippet.source, chosen))
 
 
 def _judge(snippet, chosen, answers) -> tuple[list[Verdict], str]:

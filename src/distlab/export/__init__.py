@@ -9,7 +9,8 @@ as grading and the drills read it (distlab.source):
 - the learner's own exercises (every exportable one, or those named) and the course's given
   code they use (the locked helpers and imports they name), nothing else of the notebook;
 - each exercise's check, the notebook's visible check re-expressed per rank (one module per
-  topic here: collectives, cost_models, data_parallel, tensor_parallel, pipeline_parallel, zero);
+  topic here, named as the topic's module of distlab: every module of this folder that
+  defines EXERCISES is one, found by folder);
 - the torchrun runtime (runtime.py, copied): the process group from torchrun's environment,
   NCCL on cuda:LOCAL_RANK when there is a GPU for the rank, gloo otherwise, `--backend` to
   force one, timings printed as algbw/busbw for the collectives and DDP.
@@ -20,22 +21,30 @@ An exercise with an unfilled blank is not exported: BlankNotFilled, with the not
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import pkgutil
 from pathlib import Path
 
-from distlab.export import (
-    collectives,
-    cost_models,
-    data_parallel,
-    pipeline_parallel,
-    runtime,
-    tensor_parallel,
-    zero,
-)
+from distlab.export import runtime
 from distlab.export.reading import needed, read_notebook
 from distlab.export.spec import Exportable
 
-TOPICS = (collectives, cost_models, data_parallel, tensor_parallel, pipeline_parallel, zero)
+
+def _topics() -> tuple:
+    """Every module of this folder that defines EXERCISES, by name: a new topic's export
+    module is found here, with no list to keep by hand."""
+    found = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+        if info.ispkg or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "EXERCISES"):
+            found.append(module)
+    return tuple(found)
+
+
+TOPICS = _topics()
 EXPORTABLE = {e.name: (topic, e) for topic in TOPICS for e in topic.EXERCISES}
 
 

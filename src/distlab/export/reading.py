@@ -11,9 +11,10 @@ cell's checks or launches: the export holds the learner's own functions and the 
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+import nbformat
 
 from distlab.blanks import BlankNotFilled, describe, unfilled_lines
 from distlab.source.cells import percent_cells
@@ -39,11 +40,10 @@ def code_cells(path: Path) -> list[str]:
     """The source of each code cell, in order, of a `.ipynb` or a percent-format `.py`."""
     if path.suffix == ".ipynb":
         try:
-            cells = json.loads(path.read_text())["cells"]
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            notebook = nbformat.read(path, as_version=4)
+        except (ValueError, KeyError, AttributeError, nbformat.ValidationError) as err:
             raise ValueError(f"{path}: not a notebook ({err})") from None
-        return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                for c in cells if c.get("cell_type") == "code"]
+        return [cell.source for cell in notebook.cells if cell.cell_type == "code"]
     if path.suffix == ".py":
         # a solved source: its markers' hints and ACCEPT/REJECT lists are not code
         return [strip_markers(source) for attributes, source, _ in
