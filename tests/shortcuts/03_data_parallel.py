@@ -3,9 +3,10 @@
 Blank numbers as the released cells number them: sync_sgd_step 1 (the count's all-reduce and
 the loss this rank backpropagates, shards of unequal sizes);
 broadcast_parameters 1 (the whole loop: which tensors, which collective); ddp_train 1-5
-(backend, wrapper, sampler, shuffle, set_epoch: API); DDPIndividualParameters 1 (the hook's
-body: start the all-reduce and keep its handle; the loss arrives scaled, so a plain sum), 2
-(the finish: wait for every handle kept); DDPBucketed 1 (fill_buckets' whole body: order
+(backend, wrapper, sampler, shuffle, set_epoch: API); DDPIndividualParameters 1 (a debug
+blank: FirstAttempt's blocking all-reduce in the hook, fixed: start it and leave its wait for
+the given finish, which calls what the hooks appended to self._later; the loss arrives
+scaled, so a plain sum); DDPBucketed 1 (fill_buckets' whole body: order
 and close), 2 (the hook's body:
 completeness, one tensor, asynchronous, and what the finish must do: wait, copy back);
 predicted_all_reduces 1 (the prediction);
@@ -31,7 +32,7 @@ COPY = ("[q.grad.copy_(piece.view_as(q.grad)) "
         "for q, piece in zip(bucket, flat.split([r.numel() for r in bucket]))]")
 HOOK = COUNT + ": " + FLAT + "; {launch}; self._later.append(lambda: {then})"
 START = "work = dist.all_reduce(param.grad, async_op=True)"
-LAST = "with model.no_sync() if y is not micro_batches[-1][1] else contextlib.nullcontext(): "
+LAST = "with model.no_sync() if y is not micro_batches[-1][1] else torch.enable_grad(): "
 SHARE = 'F.cross_entropy(model(x), y, reduction="sum") / sum(len(t) for _, t in micro_batches)'
 
 SHORTCUTS = [
@@ -66,25 +67,22 @@ SHORTCUTS = [
              "single-process"),
     Shortcut("ddp_train", {3: "DistributedSampler(dataset, shuffle=False)"},
              "an unshuffled sampler", "single-process"),
-    Shortcut("DDPIndividualParameters",
-             {1: "dist.all_reduce(param.grad)", 2: "pass"},
-             "a blocking all-reduce in the hook", "overlap"),
-    Shortcut("DDPIndividualParameters",
-             {1: f"{START}; work.wait(); self._step.append(work)"},
-             "the hook waits for its all-reduce", "overlap"),
+    Shortcut("DDPIndividualParameters", {1: "dist.all_reduce(param.grad)"},
+             "FirstAttempt's blocking all-reduce, left as it was", "overlap"),
+    Shortcut("DDPIndividualParameters", {1: f"{START}; work.wait()"},
+             "started asynchronously, then waited for in the hook", "overlap"),
     Shortcut("DDPIndividualParameters", {1: START},
              "the handles dropped, never waited for", "wait"),
-    Shortcut("DDPIndividualParameters", {2: "self._step[-1].wait()"},
-             "the finish waits for the last all-reduce only", "wait"),
-    Shortcut("DDPIndividualParameters", {2: "pass"},
-             "the finish waits for nothing", "wait"),
     Shortcut("DDPIndividualParameters",
-             {1: "self._step.append(dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, "
-                 "async_op=True))"},
+             {1: "self._later.append(lambda: dist.all_reduce(param.grad))"},
+             "the whole all-reduce left for the finish", "overlap"),
+    Shortcut("DDPIndividualParameters",
+             {1: "self._later.append(dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, "
+                 "async_op=True).wait)"},
              "averaged again, though the loss arrives scaled", "share"),
     Shortcut("DDPIndividualParameters",
              {1: 'self.__dict__.setdefault("_torch_ddp", DDP(self.module, init_sync=False)); '
-                 f"{START}; self._step.append(work)"},
+                 f"{START}; self._later.append(work.wait)"},
              "PyTorch's DDP alongside", "DistributedDataParallel"),
     Shortcut("DDPBucketed", {1: "return [[p] for p in reversed(params)]"},
              "one bucket per parameter", "more all-reduces"),
@@ -129,10 +127,10 @@ SHORTCUTS = [
              {1: "list(map(int, DDPBucketed.__name__ and [1059850, 1049600, 263168]))"},
              "the numbers reached through names defined elsewhere", "arithmetic"),
     Shortcut("accumulated_step",
-             {1: f"with contextlib.nullcontext(): ({SHARE}).backward()"},
+             {1: f"with torch.enable_grad(): ({SHARE}).backward()"},
              "every micro-batch communicates", "one backward"),
     Shortcut("accumulated_step",
-             {1: "with contextlib.nullcontext() if y is micro_batches[0][1] else model.no_sync(): "
+             {1: "with torch.enable_grad() if y is micro_batches[0][1] else model.no_sync(): "
                  f"({SHARE}).backward()"},
              "the first micro-batch communicates", "which backward"),
     Shortcut("accumulated_step",
@@ -154,9 +152,9 @@ HONEST = [
                  "loss = F.cross_entropy(model(x), y).mul(len(y)).div(total)"},
              "the mean scaled by the shard's share"),
     Shortcut("DDPIndividualParameters",
-             {1: "self._step.append(dist.all_reduce(param.grad, async_op=True).wait)",
-              2: "for then in self._step: then()"},
-             "the handle's wait kept, called by the finish"),
+             {1: "work = dist.all_reduce(param.grad, async_op=True)\n"
+                 "self._later.append(lambda: work.wait())"},
+             "the wait in a lambda"),
     Shortcut("broadcast_parameters",
              {1: "for tensor in module.state_dict().values(): dist.broadcast(tensor, src=0)"},
              "the state dict's tensors"),
@@ -172,9 +170,8 @@ HONEST = [
              "the remainder dropped instead of padded"),
     Shortcut("DDPIndividualParameters",
              {1: "handle = dist.all_reduce(param.grad, op=dist.ReduceOp.SUM, async_op=True)\n"
-                 "self._step.append(handle)",
-              2: "while self._step: self._step.pop(0).wait()"},
-             "the sum named, the finish popping"),
+                 "self._later.append(handle.wait)"},
+             "the sum named"),
     Shortcut("DDPBucketed",
              {1: FILL.format(order="params[::-1]", close=">="),
               2: "if self._step.setdefault(index, set()).add(param) or "
@@ -196,7 +193,8 @@ HONEST = [
              "a count per bucket, a nested function that waits and unflattens back"),
     Shortcut("predicted_all_reduces", {1: "[1059850, 1049600, 263168]"}, "the numbers"),
     Shortcut("accumulated_step",
-             {1: "share = len(y) / sum(len(t) for _, t in micro_batches)\n"
+             {1: "import contextlib\n"
+                 "share = len(y) / sum(len(t) for _, t in micro_batches)\n"
                  "last = y is micro_batches[-1][1]\n"
                  "with contextlib.nullcontext() if last else model.no_sync():\n"
                  "    (F.cross_entropy(model(x), y) * share).backward()"},
