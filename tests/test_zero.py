@@ -14,8 +14,8 @@ from distlab.source.markers import blank_source
 
 ASSIGNMENT = "06_zero"
 nb = Notebook(ASSIGNMENT)
-PURE = ["fewest_gpus", "assign_params"]
-ON_RANKS = ["ShardedOptimizer", "FlatShard", "Zero2Optimizer", "GatheredUnit"]
+PURE = ["fewest_gpus", "assign_params", "zero2_held_bytes"]
+ON_RANKS = ["ShardedOptimizer", "Zero2Optimizer", "GatheredUnit", "lm_plan"]
 
 
 # ---------------------------------------------------------------- one wrong blank fails
@@ -26,8 +26,9 @@ def test_a_unit_that_keeps_its_gathered_parameters_fails(kept):
     """Does a ZeRO-3 unit that computes the right numbers but keeps the gathered parameters (or
     a copy of them) alive until the backward, stashed on ctx, fail, saying what ZeRO-3 frees?"""
     _, cell, _ = reference.locate("GatheredUnit")
-    source = cell.source.replace("        ctx.unit = unit\n",
-                                 f"        ctx.unit, ctx.kept = unit, {kept}\n")
+    source = cell.source.replace("        return unit.run(full, inputs)\n",
+                                 f"        ctx.kept = {kept}\n"
+                                 "        return unit.run(full, inputs)\n")
     assert source != cell.source
     assert "frees each gathered layer" in fails("GatheredUnit",
                                                 nb.define("GatheredUnit", source))
@@ -38,9 +39,9 @@ def test_a_unit_that_rounds_its_master_to_bf16_fails():
     same gathered copy, the precision of the master lost) fail on what the master is?"""
     _, cell, _ = reference.locate("GatheredUnit")
     source = cell.source.replace(
-        "full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK `full",
+        "full = unit.layout.gather(shard.to(unit.compute_dtype)); ctx.save",
         "full = unit.layout.gather(shard.data.copy_(shard.to(unit.compute_dtype)).to("
-        "unit.compute_dtype))  # BLANK `full")
+        "unit.compute_dtype)); ctx.save")
     assert source != cell.source
     assert "master slice" in fails("GatheredUnit", nb.define("GatheredUnit", source))
 
@@ -55,16 +56,26 @@ def test_a_sharded_optimizer_that_updates_everything_everywhere_fails():
     assert "optimizer state" in fails("ShardedOptimizer", nb.define("ShardedOptimizer", source))
 
 
-def test_a_wrong_helper_does_not_cost_the_classes_that_use_it():
-    """With a wrong assign_params or FlatShard in the notebook, do ShardedOptimizer and
-    Zero2Optimizer still pass (their tests give them correct ones)?"""
+def test_a_wrong_helper_does_not_cost_the_class_that_uses_it():
+    """With a wrong assign_params in the notebook, does ShardedOptimizer still pass (its test
+    gives it a correct one)?"""
     worst_owner = ("order = sorted(range(len(sizes)), key=lambda i: -sizes[i]); "
                    "least_loaded = lambda: loads.index(max(loads))")
-    broken = {"assign_params": nb.variant("assign_params", 1, worst_owner),
-              "FlatShard": nb.variant("FlatShard", 1, "self.numel // self.world_size")}
-    for name in ("ShardedOptimizer", "Zero2Optimizer"):
-        source = reference.locate(name)[1].source
-        assert fails(name, nb.define(name, source, **broken)) == ""
+    broken = {"assign_params": nb.variant("assign_params", 1, worst_owner)}
+    source = reference.locate("ShardedOptimizer")[1].source
+    assert fails("ShardedOptimizer", nb.define("ShardedOptimizer", source, **broken)) == ""
+
+
+def test_a_unit_that_saves_a_bf16_copy_of_its_slice_fails_on_what_it_saves():
+    """Does a ZeRO-3 unit that saves a bf16 copy of its slice for the backward (the gathered
+    copy right, the master's gradient sent through bf16) fail on what autograd saved, seen
+    from below, before any gradient is compared?"""
+    _, cell, _ = reference.locate("GatheredUnit")
+    source = cell.source.replace("ctx.save_for_backward(shard, *inputs)  # BLANK",
+                                 "ctx.save_for_backward(shard.to(unit.compute_dtype), *inputs)"
+                                 "  # BLANK")
+    assert source != cell.source
+    assert "copy of a slice" in fails("GatheredUnit", nb.define("GatheredUnit", source))
 
 
 @pytest.mark.parametrize("name", PURE + ON_RANKS)
@@ -88,11 +99,11 @@ def test_the_judge_names_a_wrong_blank_outside_the_kernel(monkeypatch):
 
     monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
     cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
-    wrong = [c.replace("-(-self.numel // self.world_size)  #",
-                       "self.numel // self.world_size + 1  #") for c in cells]
+    wrong = [c.replace("return itemsize * size * world_size, itemsize * size,",
+                       "return itemsize * numel, itemsize * size,") for c in cells]
     assert wrong != cells
-    [(earned, possible, report)] = grade_cell.verdicts(wrong, [("FlatShard", None)], "s")
-    assert (earned, possible) == (1, 2) and "looks wrong: [1]" in "\n".join(report), report
+    [(earned, possible, report)] = grade_cell.verdicts(wrong, [("zero2_held_bytes", None)], "s")
+    assert (earned, possible) == (0, 1) and "looks wrong: [1]" in "\n".join(report), report
 
 
 # ---------------------------------------------------------------- distlab.zero

@@ -28,7 +28,7 @@ from autograder.exercises.checks import (
     short_group,
     with_trusted,
 )
-from autograder.exercises.zero_lm import lm_harness
+from autograder.exercises.zero_lm import lm_harness, plan_harness
 
 WORLD_SIZES = (1, 2, 4, 3)  # 3 last: the notebook's next check runs on 3 ranks
 OPTIMIZERS = {"AdamW": {"lr": 0.05, "weight_decay": 0.1}, "SGD": {"lr": 0.1, "momentum": 0.9}}
@@ -407,91 +407,42 @@ def _padded(tensors, n):
     return torch.cat([flat, flat.new_zeros(size * n - flat.numel())]), size
 
 
-def _layer_tensors(shapes, seed, dtype):
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.randn(shape, generator=generator, dtype=dtype) for shape in shapes]
-
-
-def _flat_harness(rank, world_size, cls, cases):
-    """Per case: the flat buffer, this rank's slice, the slices gathered, the views of that,
-    and the reduce-scatter of a buffer that differs per rank."""
-    import torch
-
-    def one_case(case):
-        shapes, seed, dtype_name = case
-        dtype = getattr(torch, dtype_name)
-        tensors = _layer_tensors(shapes, seed, dtype)
-        layout = cls(shapes)
-        flat = layout.flatten(tensors)
-        shard = layout.shard_of(flat).clone()
-        if shard.numel() != layout.size:  # before a collective that would fail less clearly
-            raise AssertionError(f"shard_of gave rank {rank} a slice of {shard.numel()} "
-                                 f"elements of the padded buffer, where each slice is "
-                                 f"{layout.size} long")
-        full = layout.gather(shard)
-        views = [t.clone() for t in layout.views(full)]
-        reduced = layout.reduce_scatter(layout.flatten(_layer_tensors(shapes, seed + 1 + rank,
-                                                                      dtype)))
-        return flat.clone(), shard, full.clone(), views, reduced
-
-    return _run_cases(rank, world_size, cases, one_case)
-
-
-def _shapes(rng, n):
-    """Shape lists: fewer elements than ranks, a multiple of n, and one that is not."""
-    def random_shapes():
-        return [tuple(int(d) for d in rng.integers(1, 5, size=int(rng.integers(1, 3))))
-                for _ in range(int(rng.integers(1, 4)))]
-
-    found = {"small": [(1,)] if n > 1 else [(2, 3)], "multiple": [(n, 3)]}
-    for _ in range(50):
-        shapes = random_shapes()
-        numel = sum(math.prod(s) for s in shapes)
-        if numel % n and numel > n:
-            found["uneven"] = shapes
-            break
-    return list(found.values())
+def _oracle_zero2_held(numel, n, itemsize, per_element):
+    """What a ZeRO-2 rank holds right after a step: the whole padded flat buffer of parameters,
+    the gradient of its slice, and the optimizer's state of that slice (its padding included)."""
+    size = -(-numel // n)
+    return itemsize * size * n, itemsize * size, itemsize * per_element * size
 
 
 @exercise
-def FlatShard(cls, rng):  # noqa: N802 - the exercise is named after the learner's class
-    import torch
-
-    from distlab import require_filled
-
-    require_filled(cls)
-    for n in WORLD_SIZES:
-        cases = [(shapes, int(rng.integers(1000)), dtype)
-                 for shapes, dtype in zip(_shapes(rng, n), ("float64", "float32", "float64"),
-                                          strict=False)]
-        for case, entries in zip(cases, _on_ranks_each(_flat_harness, cls, n, cases),
-                                 strict=True):
-            shapes, seed, dtype_name = case
-            dtype = getattr(torch, dtype_name)
-            tensors = _layer_tensors(shapes, seed, dtype)
-            numel = sum(t.numel() for t in tensors)
-            where = f"world_size={n}, shapes {shapes} ({numel} elements), {dtype_name}"
-            first_rank_failure(where, entries)
-            flat, size = _padded(tensors, n)
-            others = [_padded(_layer_tensors(shapes, seed + 1 + r, dtype), n)[0] for r in range(n)]
-            mean = torch.stack(others).mean(dim=0)
-            for rank, (_, (got_flat, shard, _, _, _)) in enumerate(entries):  # layouts first
-                if got_flat.numel() != flat.numel():
-                    raise AssertionError(f"{where}: the flat buffer has {got_flat.numel()} "
-                                         f"elements, expected {flat.numel()}: padded to the "
-                                         f"next multiple of {n}")
-                check_tensor(got_flat, flat, where, rank, "the flat buffer")
-                mine = flat[rank * size:(rank + 1) * size]
-                check_tensor(shard, mine, where, rank, "its slice",
-                             f"slice {rank} of the flat buffer is")
-            for rank, (_, (_, _, full, views, reduced)) in enumerate(entries):
-                check_tensor(full, flat, where, rank, "the gathered buffer")
-                for t, (got, want) in enumerate(zip(views, tensors, strict=True)):
-                    check_tensor(got, want, where, rank, f"view {t}")
-                check_tensor(reduced, mean[rank * size:(rank + 1) * size], where, rank,
-                             "the reduce-scattered slice", f"slice {rank} of the mean is")
+def zero2_held_bytes(fn, rng):
+    """The prediction against the oracle, on element counts that are multiples of the world
+    size, that are not, and that are smaller than it; a ZeRO-2 run on real ranks checks the
+    oracle itself (tests/test_zero.py)."""
+    cases = [(618, 4, 8, 2), (618, 3, 8, 2), (618, 4, 8, 1), (10, 3, 4, 2), (1, 4, 2, 2),
+             (12, 4, 4, 1), (7, 1, 8, 2)]
+    for _ in range(30):
+        n = int(rng.integers(1, 65))
+        numel = int(rng.integers(1, 10 ** int(rng.integers(1, 7))))
+        cases.append((numel, n, int(rng.choice([2, 4, 8])), int(rng.integers(1, 3))))
+    for numel, n, itemsize, per_element in cases:
+        where = (f"zero2_held_bytes(numel={numel}, world_size={n}, itemsize={itemsize}, "
+                 f"per_element={per_element})")
+        got = fn(numel, n, itemsize, per_element)
+        try:
+            got = tuple(float(v) for v in got)
+            if len(got) != 3:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise AssertionError(f"{where} returned {got!r}: expected three byte counts, "
+                                 "(parameters, gradients, optimizer state)") from None
+        want = _oracle_zero2_held(numel, n, itemsize, per_element)
+        wrong = [part for part, g, w in zip(("parameters", "gradients", "optimizer state"),
+                                            got, want, strict=True) if g != w]
+        if wrong:
+            raise AssertionError(f"{where} returned {fmt(list(got))}: the {' and the '.join(wrong)}"
+                                 " differ from what a ZeRO-2 rank holds there (every element of "
+                                 "the layout counts, padding included)")
 
 
 # ---------------------------------------------------------------- ZeRO-2
@@ -718,10 +669,11 @@ def _check_lm(n, case, entries):
     first_rank_failure(where, entries)
     logits, grads, trained = zero_lm.oracle(n, compute, seed)
     master = "torch.float64" if compute == "float64" else "torch.float32"
-    for rank, (_, (got_logits, units, fwd, bwd, full)) in enumerate(entries):
+    for rank, (_, (got_logits, units, fwd, bwd, full, saved)) in enumerate(entries):
         check_tensor(got_logits, logits[rank], where, rank, "the logits",
                      f"its batch through the model in {compute} gives")
         sizes = zero_lm.unit_sizes(units, n, grads)
+        _saved_for_backward(where, rank, n, master, sizes, saved)
         for (names, grad, shard_dtype, grad_dtype, kept), size in zip(units, sizes,
                                                                        strict=True):
             if (shard_dtype, grad_dtype) != (master, master) or not kept:
@@ -743,8 +695,9 @@ def _check_lm(n, case, entries):
                     f"{where}: rank {rank}'s slice of {names} got a gradient {gap:.1e} (relative)"
                     f" from the fp32 mean of the ranks' bf16 gradients, where a reduce in fp32 "
                     f"keeps it within {zero_lm.BF16_EXACT_RTOL:.0e}: the master's gradient went "
-                    "through bf16 on its way (a bf16 copy of the slice saved, or the result "
-                    "cast to the compute dtype); only the gathered copies are bf16")
+                    "through bf16 on its way (reduced in the compute dtype, not the reduce "
+                    "dtype, or the result cast to the compute dtype); only the gathered copies "
+                    "are bf16")
             elif (grad - want).norm() > zero_lm.BF16_GRAD_RTOL * want.norm():
                 raise AssertionError(
                     f"{where}: rank {rank}'s slice of {names} got the gradient "
@@ -757,6 +710,28 @@ def _check_lm(n, case, entries):
                     check_tensor(full[name], param.detach(), where, rank,
                                  f"{name} after two AdamW steps", "single-process training "
                                  "gives")
+
+
+def _saved_for_backward(where, rank, n, master, sizes, saved):
+    """What the forward saved for the backward, seen from below (autograd's saved-tensor
+    hooks): (dims, elements, dtype, whether it lies in a master slice's memory) per tensor. A
+    flat tensor of a gathered unit's length is the unit kept whole; one of a slice's length
+    that is not the master slice itself is a copy of it (a bf16 copy sends the master's
+    gradient through bf16, and any copy costs memory the slice already takes)."""
+    for dims, numel, dtype, is_master in saved:
+        if dims != 1 or is_master:
+            continue
+        if numel in {size * n for size in sizes}:
+            raise AssertionError(
+                f"{where}: rank {rank}'s forward saved a flat {dtype} tensor of {numel} elements "
+                "for the backward, a gathered unit: ZeRO-3 saves each unit's slice, not the "
+                "whole unit, and gathers it again in the backward")
+        if numel in sizes:
+            raise AssertionError(
+                f"{where}: rank {rank}'s forward saved a {dtype} copy of a slice ({numel} "
+                f"elements) for the backward, where the master slice itself ({master}) is held "
+                "anyway: save the master slice, so that its gradient comes back to it without "
+                "going through bf16 (and no copy costs memory)")
 
 
 def _lm_communication(where, rank, n, compute, reduce, sizes, fwd, bwd):
@@ -824,3 +799,60 @@ def _zero3_budget(where, rank, n, widths, batch, fwd, between, bwd):
     if sorted(c["bytes"] for c in calls_of(bwd, "reduce_scatter")) != sorted(full):
         raise AssertionError(f"{where}: rank {rank}'s backward made {describe(bwd)}: ZeRO-3 "
                              "reduce-scatters each layer's whole padded gradient once")
+
+
+# ---------------------------------------------------------------- the plan of section 9
+
+
+def _plan_harness(rank, world_size, fn, cases):
+    """zero_lm's plan harness, with this module's case loop."""
+    return plan_harness(rank, world_size, fn, cases, _run_cases)
+
+
+@exercise
+def lm_plan(fn, rng):
+    """The plan (units, MixedPrecisionPolicy) on transformers of 2 to 4 blocks: no unit larger
+    than a block, the root no larger than the parameters outside the blocks, no more units than
+    that needs (each costs an all-gather in the forward and one in the backward), and the
+    dtypes each collective travels in."""
+    cases = [(2, "bfloat16", "float32"), (3, "bfloat16", "bfloat16"), (4, "float16", "float32"),
+             (2, None, None), (3, "bfloat16", None), (2, "float32", "float32")]
+    entries = _on_ranks_each(_plan_harness, fn, 1, cases)
+    for (layers, compute, reduce), [entry] in zip(cases, entries, strict=True):
+        where = (f"lm_plan on a transformer of {layers} blocks, compute_dtype={compute}, "
+                 f"reduce_dtype={reduce}")
+        first_rank_failure(where, [entry])
+        plan = entry[1]
+        if "error" in plan:
+            raise AssertionError(f"{where}: {plan['error']}")
+        sizes, root, blocks, outside = plan["units"], plan["root"], plan["blocks"], plan["outside"]
+        if plan["nested"]:
+            i, j = plan["nested"][0]
+            raise AssertionError(f"{where}: unit {i} contains unit {j}: a module is gathered "
+                                 "whole for its call, so a unit cannot hold another")
+        if sizes and max(sizes) > max(blocks):
+            raise AssertionError(
+                f"{where}: a unit holds {max(sizes)} parameters, more than one block "
+                f"({max(blocks)}): a rank would hold all of them whole at once")
+        if root > outside:
+            raise AssertionError(
+                f"{where}: the units leave the root {root} parameters, more than the "
+                f"{outside} outside the blocks: the root's are gathered for the whole step")
+        units = sum(1 for size in sizes if size)
+        if units > len(blocks):
+            raise AssertionError(
+                f"{where}: {units} units, each gathered for its forward and again for its "
+                f"backward; fewer units within the budget make fewer all-gathers")
+        kind, param, reduce_got = plan["policy"]
+        if kind != "MixedPrecisionPolicy":
+            raise AssertionError(f"{where}: the policy is a {kind}, not a "
+                                 "MixedPrecisionPolicy")
+        master = "float32"
+        gathered, reduced = param or master, reduce_got or param or master
+        if gathered != (compute or master):
+            raise AssertionError(f"{where}: the parameters would be all-gathered (and computed "
+                                 f"with) in {gathered}, not the compute dtype "
+                                 f"{compute or master}")
+        if reduced != (reduce or compute or master):
+            raise AssertionError(f"{where}: the gradients would be reduced in {reduced}, not "
+                                 f"the reduce dtype {reduce or compute or master}")

@@ -20,7 +20,7 @@ BF16_GRAD_RTOL = 2 ** -7
 BF16_EXACT_RTOL = 2 ** -14
 
 
-def tiny_lm(seed, dtype):
+def tiny_lm(seed, dtype, layers=LAYERS):
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -45,7 +45,7 @@ def tiny_lm(seed, dtype):
             super().__init__()
             self.embed, self.pos = nn.Embedding(VOCAB, D), nn.Embedding(SEQ, D)
             self.pos.weight.requires_grad_(False)  # frozen
-            self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
             self.norm = nn.LayerNorm(D)
             self.head = nn.Linear(D, VOCAB, bias=False)
             self.head.weight = self.embed.weight  # tied
@@ -82,10 +82,11 @@ def lm_loss(logits, batch):
 def lm_harness(rank, world_size, fn, cases, flat_shard, run_cases):
     """Per case: this rank's logits, per unit (parameter names, slice's gradient, slice and
     gradient dtypes), the collectives of the first forward and backward, and, trained two
-    steps, the whole parameters (gathered by trusted code). zero.py passes its trusted
-    FlatShard and its run_cases (imported here, they would make a loop of imports; and a
-    harness that the judge ships by value may import nothing of the grading side on the
-    ranks)."""
+    steps, the whole parameters (gathered by trusted code); then what the first forward saved
+    for the backward (dims, elements, dtype, whether in a master slice's memory). zero.py
+    passes its trusted FlatShard and its run_cases (imported here, they would make a loop of
+    imports; and a harness that the judge ships by value may import nothing of the grading
+    side on the ranks)."""
     import torch
     import torch.distributed as dist
 
@@ -99,7 +100,16 @@ def lm_harness(rank, world_size, fn, cases, flat_shard, run_cases):
                     getattr(torch, reduce))
         batch = tokens(world_size, seed).chunk(world_size)[rank]
         masters = [unit.shard.detach().clone() for unit in units_of(model)]
-        with recording(flops=False, saved=False) as fwd:
+        slices = {unit.shard.untyped_storage().data_ptr() for unit in units_of(model)}
+        saved = []
+
+        def pack(t):  # what the forward saves for the backward, from below
+            saved.append((t.dim(), t.numel(), str(t.dtype).removeprefix("torch."),
+                          t.untyped_storage().data_ptr() in slices))
+            return t
+
+        with recording(flops=False, saved=False) as fwd, \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             logits = model(batch[:, :-1])
         loss = lm_loss(logits, batch)
         with recording(flops=False, saved=False) as bwd:
@@ -118,7 +128,7 @@ def lm_harness(rank, world_size, fn, cases, flat_shard, run_cases):
             dist.all_gather_single(flat, unit.shard.detach())
             full.update(zip(unit.names, [v.clone() for v in unit.layout.views(flat)],
                             strict=True))
-        return logits.detach().clone(), units, fwd.summary(), bwd.summary(), full
+        return logits.detach().clone(), units, fwd.summary(), bwd.summary(), full, saved
 
     return run_cases(rank, world_size, cases, one_case)
 
@@ -167,3 +177,59 @@ def oracle(n, compute, seed):
 def unit_sizes(units, n, grads):
     """Each unit's slice length, from its parameters' sizes."""
     return [-(-sum(grads[name].numel() for name in names) // n) for names, *_ in units]
+
+
+def plan_harness(rank, world_size, fn, cases, run_cases):
+    """The learner's lm_plan(model, compute_dtype, reduce_dtype) on a small transformer of
+    `layers` blocks, per case; what the plan does, as plain values (describe_plan)."""
+    import torch
+
+    def one_case(case):
+        layers, compute, reduce = case
+        model = tiny_lm(0, torch.float32, layers)
+        dtypes = [None if name is None else getattr(torch, name) for name in (compute, reduce)]
+        return describe_plan(model, fn(model, *dtypes))
+
+    return run_cases(rank, world_size, cases, one_case)
+
+
+def describe_plan(model, plan):
+    """{"error": text} for a plan that is not (units, policy) of this model's modules; else
+    the trainable elements of each unit (a parameter counted in the first unit holding it, as
+    zero3 does) and of the root, those of each block and outside the blocks, which units nest,
+    and the policy's type and dtypes (as strings, None kept)."""
+    from torch import nn
+
+    try:
+        units, policy = plan
+        units = list(units)
+    except (TypeError, ValueError):
+        return {"error": f"returned {type(plan).__name__}, not (units, policy)"}
+    inside = list(model.modules())
+    for i, unit in enumerate(units):
+        if not isinstance(unit, nn.Module) or not any(unit is m for m in inside):
+            return {"error": f"unit {i} ({type(unit).__name__}) is not a module of the model"}
+        if unit is model:
+            return {"error": "the whole model is a unit: it is the root"}
+    nested = [(i, j) for i, a in enumerate(units) for j, b in enumerate(units)
+              if i != j and any(b is m for m in a.modules())]
+
+    def trainable(modules, taken):
+        found = {id(p): p.numel() for m in modules for p in m.parameters()
+                 if p.requires_grad and id(p) not in taken}
+        taken |= set(found)
+        return sum(found.values())
+
+    taken = set()
+    sizes = [trainable([unit], taken) for unit in units]
+    root = trainable([model], taken)
+    blocks = [trainable([block], set()) for block in model.blocks]
+    outside = trainable([model], set()) - sum(blocks)
+
+    def name(dtype):
+        return None if dtype is None else str(dtype).removeprefix("torch.")
+
+    return {"units": sizes, "root": root, "blocks": blocks, "outside": outside,
+            "nested": nested, "policy": (type(policy).__name__,
+                                         name(getattr(policy, "param_dtype", None)),
+                                         name(getattr(policy, "reduce_dtype", None)))}

@@ -15,7 +15,8 @@
 #    many GPUs a model needs before its states fit.
 # 2. ZeRO-1: a sharded optimizer that wraps any PyTorch optimizer; each rank keeps the state of
 #    the parameters it owns, and the result equals the unsharded optimizer's.
-# 3. A flat, padded buffer cut into equal slices, and ZeRO-2 over it.
+# 3. A flat, padded buffer cut into equal slices, what ZeRO-2 holds on it (a prediction),
+#    and ZeRO-2 over it.
 # 4. ZeRO-3: each layer gathered just before it is used, and freed just after.
 # 5. Memory and communication of stages 0-3 measured on real ranks, against the formulas;
 #    then PyTorch's FSDP2 (`fully_shard`) beside your ZeRO-3.
@@ -271,9 +272,9 @@ show_assignment(sizes, owners, 3, names)
 # * rank $r$'s `self.local.state` holds the state of the parameters $r$ owns, and nothing more;
 # * after `step()`, every rank's parameters are the updated ones, all of them, equal to what
 #   the unsharded optimizer gives;
-# * the budget of `step()`: each parameter is sent once, from one rank, so a rank sends
-#   $\frac{N-1}{N}S$ on average for $S$ bytes of parameters. The hidden test records every
-#   collective `step()` makes.
+# * the budget of `step()`: it may send, per rank on average, at most **half** of what DDP's
+#   all-reduce of the gradients sent just before it (notebook 01 counted what each collective
+#   sends). The hidden test records every collective `step()` makes, with its bytes.
 #
 # The collectives you know, on another example (3 ranks, each with a tensor `clock`):
 #
@@ -327,10 +328,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         for group, local_group in self.pairs:
             local_group.update({key: value for key, value in group.items() if key != "params"})
-        self.local.step()
-        for group in self.param_groups:
-            for p in group["params"]:
-                dist.broadcast(p, src=self.owner[p])  # BLANK `dist.broadcast(p, src=self.owner[p])` every rank's p, the updated one # ACCEPT `dist.broadcast(tensor=p, src=self.owner[p])` # REJECT `dist.broadcast(p, src=self.rank)` `dist.broadcast(p, src=0)` `dist.all_reduce(p, op=dist.ReduceOp.AVG)`
+        self.local.step(); [dist.broadcast(p, src=self.owner[p]) for group in self.param_groups for p in group["params"]]  # BLANK `self.local.step(); [dist.broadcast(p, src=self.owner[p]) for group in self.param_groups for p in group["params"]]` from here to every rank's parameters updated, within the budget # SHAPE `the update and what is sent from whom, as one block` # ACCEPT `self.local.step(); [dist.broadcast(p, src=owner) for p, owner in self.owner.items()]` `self.local.step(); [dist.broadcast(tensor=p, src=self.owner[p]) for group in self.param_groups for p in group["params"]]` # REJECT `self.local.step(); [dist.broadcast(p, src=self.rank) for group in self.param_groups for p in group["params"]]` `self.local.step(); [dist.broadcast(p, src=0) for group in self.param_groups for p in group["params"]]` `self.local.step(); [dist.all_reduce(p, op=dist.ReduceOp.AVG) for group in self.param_groups for p in group["params"]]` `self.local.step()` `[dist.broadcast(p, src=self.owner[p]) for group in self.param_groups for p in group["params"]]; self.local.step()`
         return loss
 
 
@@ -376,10 +374,13 @@ def zero1_training(rank, world_size, optimizer_cls, kwargs, steps=3):
     for optimizer in sharded:
         model.zero_grad()
         F.mse_loss(model(x), y).backward()
-        for p in model.parameters():  # DDP's part: every rank gets the mean gradient
-            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
-        optimizer.step()
-    return [p.detach() for p in model.parameters()], state_bytes(optimizer.local)
+        with count_collectives() as ddp:
+            for p in model.parameters():  # DDP's part: every rank gets the mean gradient
+                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        with count_collectives() as stepped:
+            optimizer.step()
+    return ([p.detach() for p in model.parameters()], state_bytes(optimizer.local),
+            (ddp.bytes_by_collective(), stepped.bytes_by_collective()))
 
 
 def unsharded_training(optimizer_cls, kwargs, world_size, steps=3):
@@ -396,11 +397,15 @@ for optimizer_cls, kwargs in (ADAMW, SGD):
     name = optimizer_cls.__name__
     expected, unsharded_bytes = unsharded_training(optimizer_cls, kwargs, 3)
     results = run(zero1_training, optimizer_cls, kwargs, world_size=3)
-    for rank, (params, _) in enumerate(results):
+    for rank, (params, _, _) in enumerate(results):
         for got, want, pname in zip(params, expected, names, strict=True):
             assert torch.allclose(got, want, rtol=1e-10, atol=1e-12), f"{name} {rank} {pname}"
     print(f"{name}: every rank's parameters equal the unsharded optimizer's; state bytes per "
-          f"rank {[held for _, held in results]} (unsharded: {unsharded_bytes})")
+          f"rank {[held for _, held, _ in results]} (unsharded: {unsharded_bytes})")
+    ddp_made, step_made = results[0][2]
+    print(f"  the last step on rank 0: DDP's part made {ddp_made}, your step() {step_made} "
+          "(bytes of the whole messages)")
+    assert "all_reduce" not in step_made, "step() all-reduces: as much as DDP's part, not half"
 print("✓ ZeRO-1 trains exactly like the optimizer it wraps, with its state spread out")
 reveal("ShardedOptimizer")
 
@@ -416,13 +421,15 @@ grade(ShardedOptimizer)
 
 # %% [markdown] why="ShardedOptimizer"
 # Why it works: only the owner steps a parameter, so only the owner ever has its state; then
-# the owner **broadcasts** the new value: each parameter is sent once from its owner,
-# $\frac{N-1}{N}S$ per rank.
+# the owner **broadcasts** the new value: each parameter is sent once, from its owner,
+# $\frac{N-1}{N}S$ per rank on average, half of the all-reduce's $2\frac{N-1}{N}S$. (An
+# all-reduce of copies zeroed everywhere but on the owner gives the same numbers and moves
+# every byte twice; broadcasting from any other rank than the owner sends a stale value.)
 #
 # Which ZeRO-1 is this? It is the design of PyTorch's `ZeroRedundancyOptimizer` (and of
 # CS336's `ShardedOptimizer`): whole parameters with owners, on top of DDP's unchanged
 # all-reduce. It costs **3Ψ per step** for large $N$ ($3\frac{N-1}{N}\Psi$: 2Ψ on 3 ranks,
-# counted below), half as much again as DDP: the all-reduce ($2\Psi$) hands every rank the
+# counted in section 7), half as much again as DDP: the all-reduce ($2\Psi$) hands every rank the
 # averaged gradient of *every* parameter, though each rank uses only those it owns, and the
 # broadcasts add another $\Psi$. Its merit is that it wraps any optimizer and any DDP without
 # touching either. The paper's $P_{os}$ (Rajbhandari et al.) costs $2\Psi$, DDP's traffic
@@ -430,56 +437,6 @@ grade(ShardedOptimizer)
 # the volume "1.5x -> 1x of data parallelism"), and needs what whole parameters of different
 # sizes cannot give: a slice that is the same length on every rank. Section 3 builds it, and
 # section 4 that $2\Psi$ pattern.
-
-# %% [markdown]
-# ### What ZeRO-1 sends, counted
-#
-# `count_collectives()` records, on a rank, every collective call made through
-# `torch.distributed` with the bytes of its whole message ($S$). What one rank sends depends
-# on the algorithm; with notebook 01's rings it is, per call,
-#
-# | call | bytes sent per rank |
-# | --- | --- |
-# | `all_reduce` | $2\,\frac{N-1}{N}\,S$ (twice round the ring) |
-# | `reduce_scatter_single`, `all_gather_single` | $\frac{N-1}{N}\,S$ |
-# | `broadcast`, pipelined round a ring (all but one rank forward) | on average $\frac{N-1}{N}S$ |
-
-# %%
-RING_FACTOR = {"all_reduce": 2, "reduce_scatter_single": 1, "all_gather_single": 1,
-               "broadcast": 1, "reduce": 1}
-
-
-def per_rank_bytes(calls, world_size):
-    """Bytes one rank sends for these (name, message bytes) calls, with ring algorithms."""
-    n = world_size
-    return sum(RING_FACTOR[name] * (n - 1) / n * nbytes for name, nbytes in calls)
-
-
-def step_counted(model, x, y, optimizer, ddp):
-    """One training step; the collectives it made, [(name, bytes), ...]."""
-    with count_collectives() as counter:
-        model.zero_grad()
-        F.mse_loss(model(x), y).backward()
-        if ddp:
-            for p in model.parameters():
-                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
-        optimizer.step()
-    return counter.calls
-
-
-def zero1_step(rank, world_size):
-    model = make_model()
-    optimizer = ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=0.01)
-    x, y = my_part(make_batch(world_size), rank, world_size)
-    return step_counted(model, x, y, optimizer, ddp=True)
-
-
-psi_bytes = sum(sizes) * 8  # float64 parameters
-calls = run(zero1_step, world_size=3)[0]
-by_name = {name: sum(b for c, b in calls if c == name) for name, _ in calls}
-print(f"N = 3: message bytes {by_name}; each rank sends {per_rank_bytes(calls, 3) / psi_bytes:.2f}"
-      f" Ψ (3(N-1)/N = {3 * 2 / 3:.2f})")
-assert round(per_rank_bytes(calls, 3) / psi_bytes, 6) == 2.0
 
 # %% [markdown]
 # ## 3. One flat buffer, equal slices
@@ -505,9 +462,10 @@ assert round(per_rank_bytes(calls, 3) / psi_bytes, 6) == 2.0
 # * `dist.reduce_scatter_single(out, full, op=dist.ReduceOp.AVG)`: `out` (one slice) becomes
 #   slice `rank` of the average over ranks of their `full` buffers.
 #
-# Complete the layout: how long is a slice, and which elements of the buffer are rank `rank`'s?
+# The layout, given: a slice is the buffer's length over $N$, rounded up; the zeros at the end
+# fill the last slice.
 
-# %% solution="FlatShard"
+# %%
 class FlatShard:
     """How tensors of the given shapes lie in one flat buffer, zero-padded to a multiple of
     the world size and cut into equal slices, one per rank."""
@@ -516,7 +474,7 @@ class FlatShard:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.shapes = [torch.Size(shape) for shape in shapes]
         self.numel = sum(shape.numel() for shape in self.shapes)
-        self.size = -(-self.numel // self.world_size)  # BLANK elements in one slice # ACCEPT `math.ceil(self.numel / self.world_size)` `(self.numel + self.world_size - 1) // self.world_size` # REJECT `self.numel // self.world_size + 1` # REJECT `self.numel // self.world_size`
+        self.size = -(-self.numel // self.world_size)  # elements in one slice
 
     def flatten(self, tensors):
         """A new full buffer: `tensors` (of our shapes) one after the other, then zeros."""
@@ -526,7 +484,7 @@ class FlatShard:
 
     def shard_of(self, flat):
         """This rank's slice of a full buffer (a view: writing to it writes to `flat`)."""
-        return flat[self.rank * self.size:(self.rank + 1) * self.size]  # BLANK `self.rank * self.size:(self.rank + 1) * self.size` which elements? # ACCEPT `self.size * self.rank:self.size * (self.rank + 1)` # REJECT `self.rank:self.rank + self.size` `self.rank * self.size:self.rank * self.size + self.size - 1`
+        return flat[self.rank * self.size:(self.rank + 1) * self.size]
 
     def views(self, flat):
         """The tensors, as views of a full buffer, in their shapes."""
@@ -574,14 +532,40 @@ for rank, (flat, shard, same, mean_slice) in enumerate(results):
     assert shard == drawn, f"rank {rank}'s slice is {shard}, the picture above draws {drawn}"
     assert same, "gathering the slices must give the weight back"
     assert mean_slice == [2 * v for v in shard], "the mean of 1x, 2x and 3x the buffer is 2x"
-print("✓ equal, padded slices; gathered back whole; reduce-scattered to their owners")
+print("equal, padded slices; gathered back whole; reduce-scattered to their owners")
 
-# %% tests="FlatShard_tests" points=2
-# Hidden tests (2 points): 1 to 4 ranks, random shapes (fewer elements than ranks, multiples of
-# the world size and not), float32 and float64; the buffer, each slice, gather, reduce-scatter.
+# %% [markdown]
+# **Predict first.** ZeRO-2 (section 1's table: optimizer states and gradients partitioned)
+# over this layout: all parameters in one flat buffer, rank $r$ owning slice $r$, as in the
+# picture above. A model of `numel` parameter elements, in a dtype of `itemsize` bytes, on
+# `world_size` ranks, trained with an element-wise optimizer that keeps `per_element` values
+# for each element it updates (AdamW 2, SGD with momentum 1). Right after a step, how many
+# bytes of (parameters, gradients, optimizer state) does one rank hold? Count every element
+# that exists, padding included; leave out the optimizer's scalar step counter. Section 4
+# builds it, and its check holds your numbers against what the ranks hold.
+
+# %% solution="zero2_held_bytes"
+def zero2_held_bytes(numel, world_size, itemsize, per_element):
+    """Your prediction: bytes one rank holds right after a ZeRO-2 step over a FlatShard
+    layout, as (parameters, gradients, optimizer state)."""
+    size = -(-numel // world_size); return itemsize * size * world_size, itemsize * size, itemsize * per_element * size  # BLANK `size = -(-numel // world_size); return itemsize * size * world_size, itemsize * size, itemsize * per_element * size` your prediction # SHAPE `the three byte counts are the prediction` # ACCEPT `n = math.ceil(numel / world_size); return n * world_size * itemsize, n * itemsize, n * per_element * itemsize` # REJECT `size = -(-numel // world_size); return itemsize * numel, itemsize * size, itemsize * per_element * size` `size = -(-numel // world_size); return itemsize * size * world_size, itemsize * size * world_size, itemsize * per_element * size` `size = numel // world_size; return itemsize * size * world_size, itemsize * size, itemsize * per_element * size` `size = -(-numel // world_size); return itemsize * size * world_size, itemsize * size, itemsize * per_element * size * world_size` `size = -(-numel // world_size); return itemsize * size, itemsize * size, itemsize * per_element * size` `size = -(-numel // world_size); return itemsize * size * world_size, itemsize * size, itemsize * per_element * numel / world_size`
+
+
+# %%
+print("your prediction, the small model's", sum(sizes), "float64 elements on 4 ranks, AdamW:",
+      zero2_held_bytes(sum(sizes), 4, 8, 2), "bytes (parameters, gradients, state)")
+print("(held against what the ranks hold after the next exercise)")
+
+# %% tests="zero2_held_bytes_tests" points=1
+# Hidden tests (1 point): 1 to 64 ranks, element counts that are and are not multiples of the
+# world size (fewer than the ranks too), itemsizes 2, 4 and 8, 1 or 2 values per element;
+# the three byte counts against what a ZeRO-2 rank holds.
 ### BEGIN HIDDEN TESTS
+# Review round 3's plan: FlatShard's slicing is given (its two blanks were a ceiling division
+# and bounds, typing); the padding is asked as a prediction of what ZeRO-2 holds, checked
+# against the run of the next exercise.
 from autograder.grade_cell import grade
-grade(FlatShard)
+grade(zero2_held_bytes)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -597,12 +581,12 @@ grade(FlatShard)
 #
 # * every rank's parameters are the updated ones, equal to the unsharded optimizer's on the
 #   whole batch;
-# * a rank keeps optimizer state for its slice only, and **no full gradient**: the only
-#   gradient left is one slice long, $\Psi/N$;
+# * after `step()` a rank keeps **no full gradient**, and optimizer state only for what it
+#   updates (the hidden test counts the bytes alive);
 # * the budget: DDP's traffic, $2\Psi$ per rank for large $N$ (the hidden test records each
 #   collective of `step()` and its bytes).
 #
-# The tools: your `FlatShard`; `self.local`, an optimizer over `self.shard`.
+# The tools: `FlatShard`; `self.local`, an optimizer over `self.shard`.
 
 # %% solution="Zero2Optimizer" drill
 class Zero2Optimizer:
@@ -636,7 +620,10 @@ def zero2_training(rank, world_size, optimizer_cls, kwargs, steps=3):
         F.mse_loss(model(x), y).backward()  # no all-reduce here
         optimizer.step()
     left = [p.grad is not None for p in model.parameters()]
-    return [p.detach() for p in model.parameters()], state_bytes(optimizer.local), left
+    state = [v for st in optimizer.local.state.values() for v in st.values() if v.dim() > 0]
+    held = (tensor_bytes(model.parameters()), tensor_bytes([optimizer.shard.grad]),
+            tensor_bytes(state))  # the scalar step counter left out
+    return [p.detach() for p in model.parameters()], held, left
 
 
 def unsharded(optimizer_cls, kwargs, world_size, steps=3):
@@ -650,16 +637,26 @@ def unsharded(optimizer_cls, kwargs, world_size, steps=3):
     return [p.detach() for p in model.parameters()]
 
 
+predicted_right = True
 for optimizer_cls, kwargs in (ADAMW, SGD):
-    expected = unsharded(optimizer_cls, kwargs, 3)
-    results = run(zero2_training, optimizer_cls, kwargs, world_size=3)
+    expected = unsharded(optimizer_cls, kwargs, 4)
+    results = run(zero2_training, optimizer_cls, kwargs, world_size=4)
     for rank, (params, _, left) in enumerate(results):
         assert not any(left), f"rank {rank} still holds full gradients after step()"
         for got, want, pname in zip(params, expected, names, strict=True):
             assert torch.allclose(got, want, rtol=1e-10, atol=1e-12), f"rank {rank}'s {pname}"
-    print(f"{optimizer_cls.__name__}: parameters equal; state bytes per rank "
-          f"{[held for _, held, _ in results]}: equal slices of {sum(sizes)} elements + padding")
+    held = results[0][1]
+    per_element = 2 if optimizer_cls is torch.optim.AdamW else 1
+    guess = zero2_held_bytes(sum(sizes), 4, 8, per_element)
+    verdicts = ["✓" if g == h else "✗" for g, h in zip(guess, held, strict=True)]
+    predicted_right = predicted_right and verdicts == ["✓"] * 3
+    print(f"{optimizer_cls.__name__}: parameters equal; rank 0 holds {held} bytes of "
+          f"(parameters, gradients, state); your prediction: "
+          + ", ".join(f"{part} {v}" for part, v in zip(("parameters", "gradients", "state"),
+                                                       verdicts, strict=True)))
 print("✓ ZeRO-2 trains exactly like the unsharded optimizer")
+if not predicted_right:
+    print("✗ your prediction (zero2_held_bytes) differs from what the ranks hold")
 reveal("Zero2Optimizer")
 
 # %% tests="Zero2Optimizer_tests" points=1
@@ -682,28 +679,18 @@ grade(Zero2Optimizer)
 # reduce-scatters in buckets *during* the backward, so that a full gradient never exists at
 # all. Here `flatten` builds the flat gradient while every `p.grad` is still alive: for a
 # moment the rank holds the full gradient twice, more than DDP does; only after `step()` is
-# it down to one slice.) Its communication, counted:
-
-# %%
-def zero2_step(rank, world_size):
-    model = make_model()
-    optimizer = Zero2Optimizer(model.parameters(), torch.optim.AdamW, lr=0.01)
-    x, y = my_part(make_batch(world_size), rank, world_size)
-    return step_counted(model, x, y, optimizer, ddp=False), optimizer.layout.size
-
-
-calls, slice_len = run(zero2_step, world_size=4)[0]
-sent = per_rank_bytes(calls, 4) / psi_bytes
-print(f"N = 4: {calls}; each rank sends {sent:.4f} Ψ (2(N-1)/N = {2 * 3 / 4:.4f}, a little more "
-      f"for the padding: {sum(sizes)} elements -> 4 x {slice_len} = {4 * slice_len}, "
-      f"{4 * slice_len - sum(sizes)} zeros)")
-assert abs(sent - 2 * 3 / 4 * 4 * slice_len / sum(sizes)) < 1e-9
+# it down to one slice.)
+#
+# What a rank holds afterwards: the whole flat buffer of parameters, padding included
+# ($N\lceil\Psi/N\rceil$ elements), its slice of the gradient ($\lceil\Psi/N\rceil$) and the
+# state of that slice, the padding of the last slice included: the optimizer updates those
+# zeros like any other element. Its communication is counted in section 7.
 
 # %% [markdown]
 # ## 5. ZeRO-3: gather, use, free
 #
-# Stage 3 partitions the parameters themselves. The model is cut into **units** (a layer, a
-# transformer block: what FSDP calls the modules you wrap); each unit's parameters lie in one
+# Stage 3 partitions the parameters themselves. The model is cut into **units** (modules,
+# here each layer: what FSDP calls the modules you wrap); each unit's parameters lie in one
 # flat buffer (section 3), of which each rank keeps its slice, the **master** copy that the
 # optimizer updates. What must hold, on every rank:
 #
@@ -816,17 +803,14 @@ class GatheredUnit(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, shard, unit, *inputs):
-        full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK `full = unit.layout.gather(shard.to(unit.compute_dtype))` the whole unit, for this call # ACCEPT `full = unit.layout.gather(shard.detach().to(unit.compute_dtype))` # REJECT `full = unit.layout.gather(shard)` `full = unit.layout.gather(shard).to(unit.compute_dtype)` `full = unit.layout.flatten([shard.to(unit.compute_dtype)])`
         ctx.unit = unit
-        ctx.save_for_backward(shard, *inputs)  # BLANK `ctx.save_for_backward(shard, *inputs)` kept for the backward # ACCEPT `ctx.save_for_backward(shard.detach(), *inputs)` # REJECT `ctx.save_for_backward(full, *inputs)` `ctx.save_for_backward(unit.layout.gather(shard), *inputs)` `ctx.save_for_backward(shard.to(unit.compute_dtype), *inputs)`
+        full = unit.layout.gather(shard.to(unit.compute_dtype)); ctx.save_for_backward(shard, *inputs)  # BLANK `full = unit.layout.gather(shard.to(unit.compute_dtype)); ctx.save_for_backward(shard, *inputs)` the whole unit for this call, and what is kept for the backward # SHAPE `one block: the gather and what is saved` # ACCEPT `ctx.save_for_backward(shard, *inputs); full = unit.layout.gather(shard.to(unit.compute_dtype))` `full = unit.layout.gather(shard.detach().to(unit.compute_dtype)); ctx.save_for_backward(shard.detach(), *inputs)` # REJECT `full = unit.layout.gather(shard.to(unit.compute_dtype)); ctx.save_for_backward(full, *inputs)` `full = unit.layout.gather(shard).to(unit.compute_dtype); ctx.save_for_backward(shard, *inputs)` `full = unit.layout.gather(shard.to(unit.compute_dtype)); ctx.save_for_backward(shard.to(unit.compute_dtype), *inputs)` `full = unit.layout.gather(shard); ctx.save_for_backward(shard, *inputs)` `full = unit.layout.flatten([shard.to(unit.compute_dtype)]); ctx.save_for_backward(shard, *inputs)`
         return unit.run(full, inputs)
 
     @staticmethod
     def backward(ctx, grad_output):
         unit = ctx.unit
-        shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK `shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard.to(unit.compute_dtype))` what the backward needs # REJECT `full, *inputs = ctx.saved_tensors` `shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard)` `shard, *inputs = ctx.saved_tensors; full = shard`
-        grad_inputs, grad_full = unit.gradients(full, inputs, grad_output)
-        grad_master = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)  # BLANK the master's gradient # ACCEPT `unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype).contiguous()).to(shard.dtype)` `unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype))` # REJECT `unit.layout.reduce_scatter(grad_full).to(shard.dtype)` `unit.layout.shard_of(grad_full).to(shard.dtype)` `unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(unit.compute_dtype)` `unit.layout.reduce_scatter(grad_full).to(unit.reduce_dtype).to(shard.dtype)`
+        shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard.to(unit.compute_dtype)); grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); grad_master = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)  # BLANK `shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard.to(unit.compute_dtype)); grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); grad_master = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)` from what was kept to the inputs' gradients and the master's # SHAPE `one block: what the backward needs, its gradients, and the master's gradient` # ACCEPT `shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard.to(unit.compute_dtype)); grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); grad_master = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype))` # REJECT `shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard.to(unit.compute_dtype)); grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); grad_master = unit.layout.reduce_scatter(grad_full).to(shard.dtype)` `shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard.to(unit.compute_dtype)); grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); grad_master = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(unit.compute_dtype)` `shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard.to(unit.compute_dtype)); grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); grad_master = unit.layout.shard_of(grad_full.to(unit.reduce_dtype)).to(shard.dtype)` `shard, *inputs = ctx.saved_tensors; full = unit.layout.gather(shard); grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); grad_master = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)` `shard, *inputs = ctx.saved_tensors; full = shard; grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); grad_master = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)`
         return grad_master, None, *grad_inputs
 
 
@@ -916,13 +900,13 @@ show_live(traces, "Gathered layers alive on rank 0, 3 ranks")
 print("✓ ZeRO-3 computes what the unsharded model computes, and frees every gathered layer")
 reveal("GatheredUnit")
 
-# %% tests="GatheredUnit_tests" points=4
-# Hidden tests (4 points): 1 to 4 ranks, random layer widths, AdamW and SGD with momentum;
+# %% tests="GatheredUnit_tests" points=2
+# Hidden tests (2 points): 1 to 4 ranks, random layer widths, AdamW and SGD with momentum;
 # outputs, input gradients and trained parameters against the unsharded model; what is saved
 # and held between forward and backward, and the collectives of each; on 2 and 4 ranks, a small
 # transformer (embedding, LayerNorm, linears without bias, a tied LM head, a frozen parameter,
 # 3-D inputs) in float64, and in bf16 with gradients reduced in fp32 and in bf16: the dtype,
-# the bytes and the precision of each copy.
+# the bytes and the precision of each copy, and each tensor the forward saves.
 ### BEGIN HIDDEN TESTS
 # Seed 003, fixed here. §16.2 splits each gradient with torch.chunk(g, world_size), which
 # returns fewer than world_size chunks when a dimension is short (a 3-element bias on 4 ranks),
@@ -966,6 +950,18 @@ grade(GatheredUnit)
 
 # %%
 BIG = (64, 256, 128, 256, 64, 16)
+
+
+def step_counted(model, x, y, optimizer, ddp):
+    """One training step; the collectives it made, [(name, bytes), ...]."""
+    with count_collectives() as counter:
+        model.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        if ddp:
+            for p in model.parameters():
+                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        optimizer.step()
+    return counter.calls
 
 
 def one_step(rank, world_size, stage):
@@ -1014,12 +1010,32 @@ print("✓ the formula predicts the measured bytes")
 #
 # ## 7. Communication per stage, counted
 #
-# The same steps, with each rank's sent bytes (ring algorithms, the table of section 2) in
-# units of $\Psi$ parameters' bytes, beside their limit as $N$ grows and the paper's count
-# (Rajbhandari et al.: $2\Psi$ for DDP and for stages 1 and 2, $3\Psi$ for stage 3). Stage 1
-# here is section 2's design, not the paper's.
+# `count_collectives()` records, on a rank, every collective call made through
+# `torch.distributed` with the bytes of its whole message ($S$). What one rank sends depends
+# on the algorithm; with notebook 01's rings it is, per call,
+#
+# | call | bytes sent per rank |
+# | --- | --- |
+# | `all_reduce` | $2\,\frac{N-1}{N}\,S$ (twice round the ring) |
+# | `reduce_scatter_single`, `all_gather_single` | $\frac{N-1}{N}\,S$ |
+# | `broadcast`, pipelined round a ring (all but one rank forward) | on average $\frac{N-1}{N}S$ |
+#
+# The steps of section 6, with each rank's sent bytes in units of $\Psi$ parameters' bytes,
+# beside their limit as $N$ grows and the paper's count (Rajbhandari et al.: $2\Psi$ for DDP
+# and for stages 1 and 2, $3\Psi$ for stage 3). Stage 1 here is section 2's design, not the
+# paper's.
 
 # %%
+RING_FACTOR = {"all_reduce": 2, "reduce_scatter_single": 1, "all_gather_single": 1,
+               "broadcast": 1, "reduce": 1}
+
+
+def per_rank_bytes(calls, world_size):
+    """Bytes one rank sends for these (name, message bytes) calls, with ring algorithms."""
+    n = world_size
+    return sum(RING_FACTOR[name] * (n - 1) / n * nbytes for name, nbytes in calls)
+
+
 psi_big_bytes = 4 * psi_big
 print("stage                                 N=2    N=3    N=4    N large   paper")
 labels = ["0 DDP", "1 yours", "2", "3"]
@@ -1031,6 +1047,26 @@ for stage, (label, limit, paper_limit) in enumerate(zip(labels, [2, 3, 2, 3], [2
     for n, s in zip((2, 3, 4), sent, strict=True):
         assert abs(s - limit * (n - 1) / n) < 0.01, (stage, n, s)
 print("✓ per rank: 2(N-1)/N, 3(N-1)/N, 2(N-1)/N and 3(N-1)/N times Ψ")
+
+# %% [markdown]
+# ZeRO-2's padding costs bandwidth too: the small model of section 2 has 618 elements, not a
+# multiple of 4, and the collectives move the zeros as well.
+
+# %%
+def zero2_step(rank, world_size):
+    model = make_model()
+    optimizer = Zero2Optimizer(model.parameters(), torch.optim.AdamW, lr=0.01)
+    x, y = my_part(make_batch(world_size), rank, world_size)
+    return step_counted(model, x, y, optimizer, ddp=False), optimizer.layout.size
+
+
+psi_bytes = sum(sizes) * 8  # float64 parameters
+calls, slice_len = run(zero2_step, world_size=4)[0]
+sent = per_rank_bytes(calls, 4) / psi_bytes
+print(f"N = 4: {calls}; each rank sends {sent:.4f} Ψ (2(N-1)/N = {2 * 3 / 4:.4f}, a little more "
+      f"for the padding: {sum(sizes)} elements -> 4 x {slice_len} = {4 * slice_len}, "
+      f"{4 * slice_len - sum(sizes)} zeros)")
+assert abs(sent - 2 * 3 / 4 * 4 * slice_len / sum(sizes)) < 1e-9
 
 # %% [markdown]
 # Stage 1 as built in section 2 (PyTorch's `ZeroRedundancyOptimizer` design, on top of DDP's
@@ -1087,8 +1123,8 @@ print("✓ FSDP2, your ZeRO-3 and the unsharded model end with the same paramete
 # * **Overlap.** It starts the all-gather of the next unit while the current one computes (and
 #   of the previous one during the backward), and reduces gradients while the backward goes
 #   on.
-# * **Choices.** `reshard_after_forward=False` keeps full parameters from forward to backward
-#   (stage 2's memory and communication); `MixedPrecisionPolicy` sets the compute and
+# * **Choices.** `reshard_after_forward=False` keeps full parameters from a forward to its
+#   backward (stage 2's memory and communication); `MixedPrecisionPolicy` sets the compute and
 #   reduction dtypes; `CPUOffloadPolicy` keeps the shards in host memory; a 2-D mesh combines sharding
 #   with replication (HSDP) or with tensor parallelism.
 # * **State dicts** that save and load sharded, with `torch.distributed.checkpoint`.
@@ -1099,18 +1135,22 @@ print("✓ FSDP2, your ZeRO-3 and the unsharded model end with the same paramete
 # Your `GatheredUnit` never looks inside a unit, so the same code shards a language model: an
 # embedding (a lookup, no matmul), LayerNorms, attention and MLP linears without bias, 3-D
 # activations (batch, sequence, features), and an LM head that **ties** its weight to the
-# embedding (one parameter used twice: one slice, whose gradient gets both uses). Each block is
-# a unit; the embeddings, the last norm and the head are the root's unit. Your units gather a
-# unit once per **call** of a module it holds: the root's unit holds four (the token and
-# position embeddings, the last norm, the head), so it is gathered 4 times in each forward.
-# FSDP2 gathers the root once a step: `fully_shard`'s default `reshard_after_forward=None`
-# means `True` for the other modules and `False` for the root, "because the root module is
-# typically required immediately when the backward pass begins" (its docstring), so the root
-# stays whole from its forward through the backward.
+# embedding (one parameter used twice: one slice, whose gradient gets both uses).
 #
-# Then the same model with FSDP2, unit for unit, under `MixedPrecisionPolicy(param_dtype=
-# torch.bfloat16, reduce_dtype=torch.float32)`: its documentation (PyTorch, `torch.distributed.
-# fsdp.fully_shard`) describes which copy of the parameters and gradients is in which dtype.
+# Both libraries take the same **plan**: which modules are units (the parameters no unit holds
+# are the root's: `zero3` makes them one more unit, FSDP2's `fully_shard(model)` holds them),
+# and a `MixedPrecisionPolicy` for the dtypes. FSDP2's, on another example:
+#
+# ```python
+# MixedPrecisionPolicy(param_dtype=torch.float16)  # all-gathers, compute and (reduce_dtype
+#                                                  # None) gradient reduction in fp16
+# MixedPrecisionPolicy()                           # everything in the parameters' own dtype
+# ```
+#
+# Its fields: `param_dtype`, the dtype of the all-gathered parameters and so of the compute;
+# `reduce_dtype`, the dtype of the gradients' reduce-scatter (None: `param_dtype`'s); None
+# for either keeps the parameters' own dtype. The sharded masters and the optimizer stay in
+# theirs.
 
 # %%
 class Block(nn.Module):
@@ -1168,19 +1208,37 @@ def lm_loss(model, tokens):
 LM_STEPS, LM_LR = 5, 1e-3
 
 
+# %% [markdown]
+# Write `lm_plan`. The budget, per rank: no unit holds more parameters than one block does
+# (that is how much a rank may hold whole at once, besides the root's parameters); the root is
+# left no more than the parameters outside the blocks (the embeddings, the last norm, the
+# head); and the step makes as few all-gathers as that allows (each unit is gathered for its
+# forward and again for its backward). The gathers travel in `compute_dtype`, the gradients
+# are reduced in `reduce_dtype` (either may be None: the parameters' dtype). The checks below
+# train with your plan, in fp32 and then in bf16.
+
+# %% solution="lm_plan"
+def lm_plan(model, compute_dtype=None, reduce_dtype=None):
+    """(units, policy) for TinyLM `model`: the modules that each become one unit, and the
+    MixedPrecisionPolicy of the step."""
+    return list(model.blocks), MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)  # BLANK `list(model.blocks), MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)` the units, and the dtypes # SHAPE `the units and the policy, as one plan` # ACCEPT `[block for block in model.blocks], MixedPrecisionPolicy(compute_dtype, reduce_dtype)` `(model.blocks, MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype))` # REJECT `[model.blocks], MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)` `[], MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)` `[m for m in model.modules() if isinstance(m, nn.Linear)], MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)` `[*model.blocks, model.embed, model.norm], MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)` `list(model.blocks), MixedPrecisionPolicy(param_dtype=reduce_dtype, reduce_dtype=compute_dtype)` `list(model.blocks), MixedPrecisionPolicy(param_dtype=compute_dtype)` `list(model.blocks), MixedPrecisionPolicy(reduce_dtype=reduce_dtype)`
+
+
+# %%
 def lm_training(rank, world_size, library, compute_dtype=None, reduce_dtype=None):
-    """LM_STEPS steps of AdamW with `library` ("yours" or "fsdp2"); this rank's losses, the
-    whole parameters at the end, and (params, grads, optimizer state, peak gathered) bytes."""
+    """LM_STEPS steps of AdamW with `library` ("yours" or "fsdp2") and lm_plan's plan; this
+    rank's losses, the whole parameters at the end, and (params, grads, optimizer state, peak
+    gathered) bytes."""
     model = make_lm()
     tokens = lm_batch(world_size).chunk(world_size)[rank]
+    units, policy = lm_plan(model, compute_dtype, reduce_dtype)
     if library == "yours":
-        zero3(model, list(model.blocks), compute_dtype, reduce_dtype)
+        zero3(model, units, policy.param_dtype, policy.reduce_dtype)
     else:
         mesh = init_device_mesh("cpu", (world_size,))
-        policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)
-        for block in model.blocks:
-            fully_shard(block, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)  # the root: embeddings, norm, head
+        for unit in units:
+            fully_shard(unit, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)  # the root: what the units leave
     optimizer = torch.optim.AdamW(model.parameters(), lr=LM_LR)
     losses = []
     with count_collectives() as counter:
@@ -1250,8 +1308,9 @@ print("✓ fp32: your ZeRO-3 and FSDP2 train the transformer as one process does
 # every matmul. Reduced in
 # **fp32**, the average of the ranks' bf16 gradients rounds only at fp32's $2^{-24}$ (exactly
 # the average when the ranks' values are close in exponent and $N$ is a power of two: dividing
-# by 3 rounds); reduced in **bf16**, the sum itself rounds too, at every one of the $N-1$ additions of the ring, and
-# travels in half the bytes. The check: every step's mean loss within $2^{-8}$ (relative) of
+# by 3 rounds); reduced in **bf16**, the partial sums are bf16 too and round at each of the
+# $N-1$ additions that make each element's sum (in whatever order the backend adds them),
+# and travel in half the bytes. The check: every step's mean loss within $2^{-8}$ (relative) of
 # the fp32 single process's, for yours and for FSDP2, with either reduce dtype.
 
 # %%
@@ -1271,6 +1330,60 @@ for n in (2, 4):
             print(f"bf16, reduced in {str(reduce_dtype)[6:]:8s} N = {n}, {library:5s}: losses "
                   f"{[round(v, 4) for v in losses]}, at most {worst:.1e} from fp32's")
 print("✓ bf16 compute, fp32 master: the losses of fp32 training to bf16's precision")
+
+
+def plan_sizes(model, units):
+    """Parameters (elements) of each unit, a parameter counted in the first unit that holds
+    it, and those left to the root."""
+    taken, sizes = set(), []
+    for unit in units:
+        found = {id(p): p.numel() for p in unit.parameters() if id(p) not in taken}
+        taken |= set(found)
+        sizes.append(sum(found.values()))
+    return sizes, sum(p.numel() for p in model.parameters() if id(p) not in taken)
+
+
+plan_model = make_lm()
+units, policy = lm_plan(plan_model, torch.bfloat16, torch.float32)
+unit_sizes, root_size = plan_sizes(plan_model, units)
+block_size = sum(p.numel() for p in plan_model.blocks[0].parameters())
+outside = sum(p.numel() for p in plan_model.parameters()) - len(plan_model.blocks) * block_size
+print(f"your plan: {len(units)} units of {unit_sizes} parameters, the root {root_size}; one "
+      f"block is {block_size}, outside the blocks {outside}; policy {policy}")
+assert max(unit_sizes, default=0) <= block_size, "a unit holds more than one block"
+assert root_size <= outside, "the root is left more than the parameters outside the blocks"
+assert sum(1 for size in unit_sizes if size) <= len(plan_model.blocks), \
+    "more units, and so more all-gathers, than the budget needs"
+assert (policy.param_dtype, policy.reduce_dtype or policy.param_dtype) == (
+    torch.bfloat16, torch.float32), "the policy's dtypes are not the ones asked for"
+print("✓ the plan keeps to the budget")
+reveal("lm_plan")
+
+# %% tests="lm_plan_tests" points=1
+# Hidden tests (1 point): the plan on a small transformer of 2 to 4 blocks: what each unit and
+# the root hold, the all-gathers a step makes, and the policy's dtypes for bf16, fp16 and
+# fp32 compute with fp32 or low-precision reduction.
+### BEGIN HIDDEN TESTS
+# Issue 52: sections 6-9 had no blank; the plan (the units and the dtypes) is the learner's,
+# and the same plan drives both their ZeRO-3 and FSDP2.
+from autograder.grade_cell import grade
+grade(lm_plan)
+### END HIDDEN TESTS
+
+# %% [markdown] why="lm_plan"
+# **The plan.** Each block is a unit: a smaller unit (each linear) makes more all-gathers for
+# the same memory, a larger one (all blocks as one unit, or none, leaving all to the root)
+# holds more whole at once. The embeddings, the last norm and the head are left to the root:
+# as units of their own they would add gathers without taking anything off the largest unit.
+# The policy is `MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)`:
+# the gathers in the compute dtype, the reduce-scatter in the reduce dtype.
+#
+# Your units gather a unit once per **call** of a module it holds: the root's unit holds four
+# (the token and position embeddings, the last norm, the head), so it is gathered 4 times in
+# each forward. FSDP2 gathers the root once a step: `fully_shard`'s default
+# `reshard_after_forward=None` means `True` for the other modules and `False` for the root,
+# "because the root module is typically required immediately when the backward pass begins"
+# (its docstring), so the root stays whole from its forward through the backward.
 
 # %% [markdown]
 # What each rank holds after training in bf16 (reduced in fp32), counted from the tensors, beside
@@ -1299,8 +1412,8 @@ print("✓ 16 bytes per parameter over N: the paper's mixed-precision Adam, meas
 
 # %% [markdown]
 # The rest (under 2 %) is padding and AdamW's step counters (4 bytes per slice). Which reduce
-# dtype? Half the bytes on the wire for bf16, and a sum that rounds at each of the $N-1$ ring
-# steps: harmless for 4 ranks, visible for thousands of them, or for gradients of very
+# dtype? Half the bytes on the wire for bf16, and a sum that rounds at each of its $N-1$
+# additions: harmless for 4 ranks, visible for thousands of them, or for gradients of very
 # different sizes, whose small terms vanish in an 8-bit sum. FSDP2's default (`reduce_dtype=
 # None`) reduces in `param_dtype`; its documentation (`MixedPrecisionPolicy`) offers
 # `reduce_dtype` to "run gradient reduction in full precision while using low precision for
@@ -1320,6 +1433,9 @@ print("✓ 16 bytes per parameter over N: the paper's mixed-precision Adam, meas
 # sharding with the other dimensions. FSDP2's 2-D meshes pair it with tensor parallelism
 # (FSDP x TP) or with replication (HSDP: replicate across groups, shard within one). It pairs
 # poorly with pipeline parallelism: a stage runs many micro-batches, and stage 3 would gather
-# the stage's weights again for each one's forward and backward. So pipelines usually take
-# stage 1 or 2 (DeepSpeed's pipeline engine allows only ZeRO-1), or FSDP with
-# `reshard_after_forward=False`, which keeps the stage's weights gathered between micro-batches.
+# the stage's weights again for each one's forward and backward. DeepSpeed's pipeline engine
+# accepts ZeRO-1 only ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism", it
+# asserts). With FSDP2, `reshard_after_forward=False` keeps a stage's weights gathered from a
+# micro-batch's forward to its backward only; to keep them across micro-batches, FSDP2 has
+# `set_reshard_after_backward(False)` ("during gradient accumulation to trade off higher memory
+# for reduced communication", its docstring).
