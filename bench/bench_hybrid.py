@@ -17,8 +17,10 @@ steps after WARMUP, each started together after a barrier.
 
 Bytes: one more step under distlab.hybrid.count_by_group, per rank and group (the messages of
 its all-reduces, sends and receives); the table shows the busiest rank's, and raises if any
-rank moved other than the reference `group_bytes` predicts. The `02 analyzer` column is its
-byte count (2-byte values, 12 L h^2 parameters, 4 TP all-reduces per layer per micro-batch).
+rank moved other than the reference `group_bytes` predicts (its TP and DP bytes; the PP
+bytes against one activation and one gradient per micro-batch over each boundary a stage
+touches). The `02 analyzer` column is its byte count (here given 8-byte values, 12 L h^2
+parameters, 4 TP all-reduces per layer per micro-batch).
 """
 
 from __future__ import annotations
@@ -87,7 +89,9 @@ def main() -> list[dict]:
                                                                  strict=True))
         dims = {"blocks": shape[0], **WIDE}
         predicted = group_bytes(dims, shape, ROWS, MICRO)
-        analyzer = hybrid.analyzer_02(dims, shape, ROWS, MICRO)
+        predicted["pp"] = 2 * min(shape[0] - 1, 2) * ROWS // shape[1] * WIDE["seq"] \
+            * WIDE["hidden"] * 8  # float64
+        analyzer = hybrid.analyzer_02(dims, shape, ROWS, MICRO, nbytes=8)  # float64
         for rank, (_, moved) in enumerate(results):  # pp <= 2: every rank is the busiest
             for name in ("tp", "dp", "pp"):
                 if moved[name] != predicted[name]:

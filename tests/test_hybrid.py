@@ -16,8 +16,8 @@ from distlab.source.markers import blank_source
 
 ASSIGNMENT = "07_hybrid"
 nb = Notebook(ASSIGNMENT)
-PURE = ["group_ranks", "tied_groups", "group_bytes", "layout_memory", "choose_layout"]
-ON_RANKS = ["TPBlock", "shard_2d", "train_3d"]
+PURE = ["group_ranks", "group_bytes", "layout_memory", "choose_layout"]
+ON_RANKS = ["TPBlock", "shard_2d", "train_3d", "sync_tied"]
 
 
 @pytest.mark.parametrize(("wrong", "says"), [
@@ -32,37 +32,38 @@ def test_a_gradient_averaged_in_the_wrong_group_is_named(wrong, says):
     assert says in complaint, complaint
 
 
-def test_a_block_that_adds_the_bias_inside_g_fails():
-    """Does fc2's bias added before g (so counted once per TP rank) fail, naming fc2.bias?"""
-    variant = nb.variant("TPBlock", 1, "x + self.g.apply(F.linear(h, self.w2, self.b2))")
-    assert "fc2.bias" in fails("TPBlock", variant)
+def test_a_block_with_f_before_the_layernorm_fails_naming_it():
+    """Does f put on the block's input (before the LayerNorm, whose copies then get this rank's
+    share of their gradient) fail, naming the LayerNorm?"""
+    variant = nb.variant("TPBlock", 1, "F.gelu(F.linear(self.norm(self.f.apply(x)), self.w1, "
+                                       "self.b1))")
+    complaint = fails("TPBlock", variant)
+    assert "norm." in complaint and "LayerNorm" in complaint, complaint
 
 
-def test_tied_groups_across_replicas_fail_naming_the_pipeline():
-    """Does one group of every first- and last-stage rank (the copies of other replicas and
-    TP ranks summed in) fail, saying a copy is summed with its own pipeline's only?"""
-    complaint = fails("tied_groups", nb.variant(
-        "tied_groups", 1, "[[g[0] for g in group_ranks(shape, 0)] + "
-                          "[g[-1] for g in group_ranks(shape, 0)]]"))
-    assert "its own pipeline" in complaint, complaint
+@pytest.mark.parametrize(("wrong", "says"), [
+    ('dist.all_reduce(grad, group=groups["tied"]); grad /= 2; '
+     'dist.all_reduce(grad, group=groups["dp"]); grad /= dist.get_world_size(groups["dp"])',
+     "different uses"),
+    ('dist.all_reduce(grad, group=groups["tied"]); dist.all_reduce(grad, group=groups["dp"])',
+     "not their sum"),
+    ('dist.all_reduce(grad, group=groups["tp"]); dist.all_reduce(grad, group=groups["dp"]); '
+     'grad /= dist.get_world_size(groups["dp"])', "meets only the other copies"),
+])
+def test_a_tied_weight_reduced_the_wrong_way_is_named(wrong, says):
+    """Do the two uses averaged, the replicas summed, or a sum over the TP group fail with a
+    message that says which copies are summed and which averaged?"""
+    complaint = fails("sync_tied", nb.variant("sync_tied", 1, wrong))
+    assert says in complaint, complaint
 
 
-def test_blocks_left_as_fsdp_roots_fail_on_the_budget():
-    """Does shard_2d without the whole model's unit (each block a root, whole from forward to
-    backward: the run's 2 all-gathers for 2 blocks) fail, naming the root?"""
-    complaint = fails("shard_2d", nb.variant("shard_2d", 2, "list(model)"))
-    assert "all-gather" in complaint and "root" in complaint, complaint
-
-
-def test_the_whole_model_as_one_unit_fails_on_the_budget():
-    """Does shard_2d with the model as its only unit (every block gathered at once) fail?"""
-    complaint = fails("shard_2d", nb.variant("shard_2d", 2, "[model]"))
-    assert "all-gather" in complaint and "in one unit" in complaint, complaint
-
-
-def test_the_model_unit_made_first_fails():
-    """Does fully_shard on the model before its blocks fail (the blocks left nothing)?"""
-    assert fails("shard_2d", nb.variant("shard_2d", 2, "[model, *model]"))
+def test_the_tied_groups_stand_for_the_pipelines_ends():
+    """Is the given tied_groups the first and last rank of each pipeline (one rank with one
+    stage)?"""
+    tied_groups = reference.reference("tied_groups")
+    assert tied_groups((2, 2, 2)) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert tied_groups((3, 1, 2)) == [[0, 4], [1, 5]]
+    assert tied_groups((1, 2, 1)) == [[0], [1]]
 
 
 @pytest.mark.parametrize("name", PURE + ON_RANKS)

@@ -1,41 +1,57 @@
 """Shortcuts of notebook 07 (DP x TP x PP): blank fills that earn the values without the idea
-(every TP rank computing the whole block, gradients averaged over the world or the TP group,
-blocks left as FSDP roots or gathered together, fc2's bias inside g, the tied weight's
-gradients summed over the wrong ranks, the replicated parameters divided by TP, ZeRO-1
-ignored, the fewest stages before the least model parallelism, ties left to row order), and
-correct answers written otherwise."""
+(f before the LayerNorm or left out, gradients averaged over the world or the TP group, the
+linears' splits swapped, the tied weight's two uses averaged or its replicas summed or the
+whole pipeline taken for the embedding group, 02's four TP all-reduces a layer, the
+replicated parameters divided by TP, ZeRO-1 ignored, the fewest stages or TP up to a server
+before the least model parallelism, ties left to row order), and correct answers written
+otherwise."""
 
 from shortcuts import Shortcut
 
 SHORTCUTS = [
-    Shortcut("TPBlock", {1: "x + F.linear(h, self.w2) + self.b2"},
-             "g left out: each rank's partial sum taken for the whole", "the output"),
-    Shortcut("TPBlock", {1: "x + self.g.apply(F.linear(h, self.w2, self.b2))"},
-             "fc2's bias added before g, so once per TP rank", "fc2.bias"),
-    Shortcut("TPBlock", {1: "x + self.g.apply(F.linear(h, self.w2, self.b2)) - "
-                            "(dist.get_world_size() - 1) * self.b2"},
-             "fc2's bias added on every rank, then taken off the world's count", "fc2.bias"),
+    Shortcut("TPBlock", {1: "F.gelu(F.linear(self.norm(self.f.apply(x)), self.w1, self.b1))"},
+             "f before the LayerNorm (notebook 04's place, on the layer's input): the norm's "
+             "weight and bias get this rank's features' share of their gradient", "LayerNorm"),
+    Shortcut("TPBlock", {1: "F.gelu(F.linear(self.norm(x), self.w1, self.b1))"},
+             "f left out: the input's gradient is this rank's share", "the input's gradient"),
+    Shortcut("TPBlock", {1: "F.gelu(F.linear(self.norm(x), self.w1, self.b1)) + "
+                            "0 * self.f.apply(x).sum()"},
+             "f called on the input where it changes nothing", "the input's gradient"),
     Shortcut("train_3d", {1: "dist.all_reduce(param.grad); param.grad /= dist.get_world_size()"},
              "the bug report's line kept: gradients averaged over the world", "world"),
-    Shortcut("shard_2d", {2: "list(model)"}, "every block left an FSDP root, whole from "
-                                             "forward to backward", "root"),
-    Shortcut("shard_2d", {2: "[model]"}, "the whole model one FSDP unit, every block gathered "
-                                         "at once", "in one unit"),
-    Shortcut("shard_2d", {2: "[model[0], model]"}, "one block a unit, the others left to the "
-                                                   "root, whole from forward to backward",
-             "root"),
     Shortcut("shard_2d", {1: '{"fc1": RowwiseParallel(), "fc2": ColwiseParallel()}'},
              "the two linears' splits swapped", "features"),
     Shortcut("train_3d", {1: 'dist.all_reduce(param.grad, group=groups["tp"]); '
                           'param.grad /= n_d'},
              "the gradient averaged over the TP group (a grid with TP > 1)", "in its TP group"),
-    Shortcut("tied_groups", {1: "[[g[0] for g in group_ranks(shape, 0)] + "
-                                "[g[-1] for g in group_ranks(shape, 0)]]"},
-             "every first- and last-stage rank in one group", "other copy of its own pipeline"),
-    Shortcut("tied_groups", {1: "group_ranks(shape, 0)"},
-             "whole pipelines, middle stages included", "hold no copy"),
-    Shortcut("group_bytes", {1: "stage_blocks * (2 * hidden * ff + ff + 3 * hidden) / tp * "
+    Shortcut("sync_tied", {1: 'dist.all_reduce(grad, group=groups["tied"]); '
+                              'grad /= dist.get_world_size(groups["tied"]); '
+                              'dist.all_reduce(grad, group=groups["dp"]); '
+                              'grad /= dist.get_world_size(groups["dp"])'},
+             "the two uses averaged like replicas", "different uses"),
+    Shortcut("sync_tied", {1: 'dist.all_reduce(grad, group=groups["tied"]); '
+                              'dist.all_reduce(grad, group=groups["dp"])'},
+             "the replicas summed like uses", "not their sum"),
+    Shortcut("sync_tied", {1: 'dist.all_reduce(grad, group=groups["pp"]); '
+                              'dist.all_reduce(grad, group=groups["dp"]); '
+                              'grad /= dist.get_world_size(groups["dp"])'},
+             "the whole pipeline for the embedding group (right with 2 stages only)",
+             "world_size=6"),
+    Shortcut("sync_tied", {1: 'dist.all_reduce(grad); grad /= dist.get_world_size() / 2'},
+             "every copy summed over the world", "world_size="),
+    Shortcut("group_bytes", {1: '4 * (dims["blocks"] // pp) * (rows // dp) * seq * hidden * '
                                 "itemsize"},
+             "notebook 02's 4 TP all-reduces a layer, for a block of an MLP only", "TP bytes"),
+    Shortcut("group_bytes", {1: '2 * (dims["blocks"] // pp) * (rows // dp) * seq * hidden * '
+                                "itemsize * micro_batches"},
+             "the replica's rows counted once per micro-batch", "TP bytes"),
+    Shortcut("group_bytes", {1: "2 * (rows // dp) * seq * hidden * itemsize"},
+             "one block a stage (the 2 messages of one block)", "TP bytes"),
+    Shortcut("group_bytes", {1: '2 * (dims["blocks"] // pp) * (rows // dp) * seq * ff // tp * '
+                                "itemsize"},
+             "the messages as wide as this rank's ff features", "TP bytes"),
+    Shortcut("group_bytes", {2: 'dims["blocks"] // pp * (2 * hidden * ff + ff + 3 * hidden) / '
+                                "tp * itemsize"},
              "every parameter divided by TP, 02's way", "DP bytes"),
     Shortcut("layout_memory", {1: "16 * psi / (tp * pp)"}, "ZeRO-1 ignored",
              "bytes per GPU"),
@@ -44,6 +60,10 @@ SHORTCUTS = [
     Shortcut("choose_layout", {1: "lambda layout: (layout[2], -layout[1])"},
              "the fewest stages first, TP widened even where no model parallelism is needed",
              "model parallelism"),
+    Shortcut("choose_layout", {1: "lambda layout: (-layout[1] if layout[1] * layout[2] > 1 "
+                                  "else 0, layout[2])"},
+             "TP up to a server first, then PP, once the model needs model parallelism "
+             "(takeaway #1 read alone)", "96 GPUs"),
     Shortcut("choose_layout", {1: "lambda layout: layout[1] * layout[2]"},
              "the least model parallelism, ties left to the order of the rows",
              "fewer pipeline stages"),
@@ -52,16 +72,19 @@ SHORTCUTS = [
 HONEST = [
     Shortcut("group_ranks", {1: "tuple(c for i, c in enumerate(coords) if i != dim)"},
              "the other coordinates, by enumerate"),
-    Shortcut("TPBlock", {1: "x + self.b2 + self.g.apply(F.linear(h, self.w2))"},
-             "the bias first"),
+    Shortcut("TPBlock", {1: "F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1) + self.b1)"},
+             "the bias added outside F.linear"),
     Shortcut("train_3d", {1: 'dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, '
                              'group=groups.get("dp"))'},
              "the average by ReduceOp.AVG"),
-    Shortcut("shard_2d", {1: 'dict(fc2=RowwiseParallel(), fc1=ColwiseParallel())',
-                          2: "list(model) + [model]"}, "the plan by dict(), the units by "
-                                                       "list concatenation"),
-    Shortcut("tied_groups", {1: "[[g[0], g[-1]] for g in group_ranks(shape, 0)]"},
-             "first and last of each pipeline, twice the same rank with one stage"),
+    Shortcut("shard_2d", {1: 'dict(fc2=RowwiseParallel(), fc1=ColwiseParallel())'},
+             "the plan by dict()"),
+    Shortcut("sync_tied", {1: 'dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=groups["dp"]); '
+                              'dist.all_reduce(grad, group=groups["tied"])'},
+             "the replicas averaged first, by ReduceOp.AVG"),
+    Shortcut("group_bytes", {1: 'dims["blocks"] // pp * 2 * micro_batches * '
+                                "(rows // dp // micro_batches) * seq * hidden * itemsize"},
+             "per micro-batch, times the micro-batches"),
     Shortcut("choose_layout", {1: "lambda layout: (-layout[0], layout[2])"},
              "the most replicas, then the fewest stages"),
 ]
