@@ -209,7 +209,7 @@ def is_part(tensor, whole):
 # gradient backward; $g$ all-reduces forward and is the identity backward.
 # `F.linear(x, w, b)` is `x @ w.T + b`.
 #
-# One thing is new: notebook 04's layer norm had no parameters; this block's `LayerNorm` has a
+# Notebook 04's layer norm had no parameters; this block's `LayerNorm` has a
 # weight and a bias, and every TP rank holds a copy of both, whole. The block's output line is
 # given; yours is `h`, this rank's features of the hidden layer.
 #
@@ -713,10 +713,11 @@ def group_bytes(dims, shape, rows, micro_batches, itemsize=8):
 require_filled(group_bytes)
 DIMS = {"blocks": 4, "hidden": HIDDEN, "ff": FF, "seq": SEQ}
 predicted = group_bytes(DIMS, (2, 2, 2), 8, 2)
-measured = run(run_3d, (2, 2, 2), True, DIMS["blocks"], world_size=8)
+moved = run(run_3d, (2, 2, 2), True, DIMS["blocks"], world_size=8)
 for name in ("tp", "dp"):
-    assert {m[name] for m in measured} == {predicted[name]}, \
+    assert {m[name] for m in moved} == {predicted[name]}, \
         f"{name}: your prediction is not what the ranks moved in this group"
+measured, moved = moved, None  # kept for the cells below only once the prediction matches
 print(f"{'group':>5} {'yours':>8} {'measured (every rank)':>24}")
 for name in ("tp", "dp", "pp"):
     on_ranks = sorted({m[name] for m in measured})
@@ -829,8 +830,8 @@ grade(layout_memory)
 # distributed optimizer keeps fp32 gradients as well, so it needs a little more.
 
 # %% [markdown]
-# Now a layout for the largest run of Narayanan et al.: a GPT of 1 trillion parameters in 128
-# transformer layers on 3072 A100 GPUs of 80 GB, 8 GPUs per server (their Table 1).
+# Now a layout for the largest run of Narayanan et al.: a GPT of about 1 trillion parameters
+# (1008 billion) in 128 transformer layers on 3072 A100 GPUs of 80 GB, 8 GPUs per server (their Table 1).
 # `candidates` lists every layout with TP within a server and whole layers on each stage, each
 # with its model states per GPU; a layout fits when they stay within `limit`, here three
 # quarters of the 80 GB, the rest left to the activations.
