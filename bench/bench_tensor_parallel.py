@@ -4,12 +4,13 @@ ranks, its time and the bytes it communicates.
     python -m bench.bench_tensor_parallel
 
 The MLP is the reference `tp_mlp` of solutions/04_tensor_parallel (Megatron's f and g from
-`megatron_f_g` around a column- then a row-parallel layer), loaded with autograder.reference.
+`megatron_f_g` around a column- then a row-parallel layer, the two ends `tp_region` returns),
+loaded with autograder.reference.
 Baseline: the single-device MLP of the same sizes, F.linear, GeLU, F.linear, forward +
 backward on one distlab rank (one process, one torch thread, as each tensor-parallel rank
 has), in the same run; ratio = step time / baseline step time (below 1: faster).
 
-As in the notebook, `tp_mlp` takes the whole weights and slices them with `chunk`, so autograd
+As in the notebook, `tp_mlp` takes the whole weights and slices them (`shard`), so autograd
 builds every weight gradient full-size (zeros, and a `cat` of the pieces) on every rank. The
 second tensor-parallel row isolates that cost: the same f and g and the same collectives, but
 each rank holds only its own contiguous shards as leaves, as Megatron-LM does.

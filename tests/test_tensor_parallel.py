@@ -18,8 +18,12 @@ from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (
 
 ASSIGNMENT = "04_tensor_parallel"
 nb = Notebook(ASSIGNMENT)
+# tp_region's blank with the bias added on every rank before the sum (N times)
+BIAS_N_TIMES = ("region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), "
+                "shard(b, rank, world_size, 0)); region_out = lambda h, w, b: "
+                "g.apply(F.linear(h, shard(w, rank, world_size, 1), b))")
 NAMES = ["column_parallel_forward", "row_parallel_forward",
-         "megatron_f_g", "tp_mlp", "tp_attention", "mlp_bytes",
+         "megatron_f_g", "tp_region", "tp_attention", "mlp_bytes",
          "rows_of_sum", "sp_f_g"]
 
 
@@ -41,13 +45,15 @@ def test_reference_earns_every_point_and_the_release_none(name):
 
 
 def test_a_wrong_f_and_g_costs_only_their_own_points():
-    """With a wrong f in the notebook, do tp_mlp and tp_attention still pass (their tests use
-    a correct f and g)?"""
-    swapped = nb.variant("megatron_f_g", 1, "f_backward, g_backward = (lambda grad: grad), "
-                                           "all_reduce_sum")
-    for name in ("tp_mlp", "tp_attention"):
+    """With a wrong f in the notebook, do tp_region and tp_attention still pass (their tests use
+    a correct f and g), and with a wrong region_out, tp_attention (its test uses a correct
+    tp_region)?"""
+    swapped = nb.variant("megatron_f_g", 1, "f_backward, g_backward = "
+                                           "(lambda grad: grad), all_reduce_sum")
+    bias_n_times = nb.variant("tp_region", 1, BIAS_N_TIMES)
+    for name in ("tp_region", "tp_attention"):
         fn = reference.reference(name)
-        globs = dict(fn.__globals__, megatron_f_g=swapped)
+        globs = dict(fn.__globals__, megatron_f_g=swapped, tp_region=bias_n_times)
         assert fails(name, type(fn)(fn.__code__, globs, fn.__name__, fn.__defaults__)) == ""
 
 
@@ -62,17 +68,13 @@ def test_a_missing_all_reduce_on_some_ranks_fails_in_seconds():
 
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
-    ("tp_mlp", 1, "x_in = f.apply(x); "
-                  "w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=0), "
-                  "shard(b1, rank, world_size, dim=0), shard(w2, rank, world_size, dim=1); "
-                  "y = g.apply(F.linear(F.linear(x_in, w1_mine, b1_mine), w2_mine))"),
-    # GeLU left out
+    ("tp_region", 1, BIAS_N_TIMES),
     ("megatron_f_g", 1, "f_backward, g_backward = all_reduce_sum, all_reduce_sum"),
 ])
 def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):
     """Graded by the judge (the learner's code in a separate runner process, only plain values
-    coming back), does one wrong blank cost exactly one point, and is it named?"""
-    from autograder import judge
+    coming back), does one wrong blank cost exactly its share of the points, and is it named?"""
+    from autograder import grade_cell
     from autograder.judge import sandbox
 
     monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
@@ -87,8 +89,9 @@ def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong
         lines[row] = code_part.replace(blank.answer, wrong, 1) + "# BLANK" + marker
         return "\n".join(lines)
 
-    [(earned, possible, report)] = judge.verdicts(nb.solved_cells(edit), [(name, None)], "test")
-    assert earned == possible - 1, report
+    [(earned, possible, report)] = grade_cell.verdicts(nb.solved_cells(edit), [(name, None)],
+                                                       "test")
+    assert earned == possible - possible / len(reference.locate(name)[2]), report  # its share
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 
 

@@ -18,9 +18,10 @@ of each layout's collectives, which the notebook's check also measures.
 
 As in notebook 01, one module-level harness runs on the ranks (it travels by value, as the
 learner's function does: checks.on_ranks), in its own process group with a short timeout: a
-collective that never completes fails its case in seconds. The layers built on f and g (tp_mlp,
-tp_attention) are tested with a correct f and g patched in, so a mistake in megatron_f_g costs
-its own points only.
+collective that never completes fails its case in seconds. The layers built on f and g
+(tp_region, through the MLP built on its two ends, and tp_attention) are tested with a correct f
+and g patched in, and tp_attention with a correct region_out too (tp_region's), so a mistake in
+megatron_f_g or tp_region costs its own points only.
 """
 
 from __future__ import annotations
@@ -141,13 +142,28 @@ def _run_layer(fn, rank, n, case):
             "work": work, "warnings": [str(w.message)[:300] for w in caught]}
 
 
+def _mlp_of_region(tp_region, rank, n, x, w1, b1, w2, b2):
+    """The notebook's tp_mlp, written here: the MLP on the two ends that tp_region returns."""
+    import torch.nn.functional as F
+
+    region_in, region_out = tp_region(rank, n)
+    return region_out(F.gelu(region_in(x, w1, b1)), w2, b2)
+
+
+def _run_region(fn, rank, n, case):
+    """_run_layer of the MLP built on fn's two ends."""
+    return _run_layer(lambda r, size, *tensors: _mlp_of_region(fn, r, size, *tensors), rank, n,
+                      case)
+
+
 def _run_sp(fn, rank, n, case):
     t = case["t"][rank].clone()
     value, rec = _recorded(lambda: fn(t))
     return {"value": _plain(value), "rec": rec}
 
 
-_RUNNERS = {"call": _run_call, "pair": _run_pair, "layer": _run_layer, "sp": _run_sp}
+_RUNNERS = {"call": _run_call, "pair": _run_pair, "layer": _run_layer, "region": _run_region,
+            "sp": _run_sp}
 
 
 def _harness(rank, world_size, fn, kind, cases):
@@ -371,7 +387,8 @@ def _autograd(fn, tensors, grad):
 
 
 def _oracle_megatron_f_g():
-    """A correct (f, g), standing in for the notebook's in the tests of tp_mlp and tp_attention."""
+    """A correct (f, g), standing in for the notebook's in the tests of tp_region and
+    tp_attention."""
     import torch
     import torch.distributed as dist
 
@@ -399,6 +416,24 @@ def _oracle_megatron_f_g():
             return grad.clone()
 
     return f, g
+
+
+def _oracle_tp_region(rank, world_size, ops=None):
+    """A correct tp_region, standing in for the notebook's in the tests of tp_attention."""
+    import torch.nn.functional as F
+
+    f, g = ops or _oracle_megatron_f_g()
+
+    def part(t, dim):
+        return t.chunk(world_size, dim=dim)[rank]
+
+    def region_in(x, w, b):
+        return F.linear(f.apply(x), part(w, 0), part(b, 0))
+
+    def region_out(h, w, b):
+        return g.apply(F.linear(h, part(w, 1))) + b
+
+    return region_in, region_out
 
 
 def _check_pair(where, outcomes, expected, budgets, names):
@@ -513,7 +548,7 @@ def _forward_work(fn, tensors) -> int:
 
 
 @exercise
-def tp_mlp(fn, rng):
+def tp_region(fn, rng):
     from distlab import require_filled
 
     require_filled(fn)
@@ -538,7 +573,7 @@ def tp_mlp(fn, rng):
             # every rank adds b2 and copies the output (g's sum) on whole (..., d) tensors
             work = (_forward_work(_mlp, tensors), 4 * tensors[0].numel() + d)
             specs.append((where, expected, flops, _parts(h, n), size, work))
-        results = on_ranks(_harness, fn, n, "layer", cases)
+        results = on_ranks(_harness, fn, n, "region", cases)
         for index, (where, expected, flops, hidden, size, work) in enumerate(specs):
             _check_layer(where, n, _outcomes(where, _entries(results, index), count=6),
                          expected, flops, [
@@ -548,9 +583,9 @@ def tp_mlp(fn, rng):
                          (size, size), "MLP", work)
 
 
-def _attention(x, wqkv, wo, num_heads):
-    """Causal multi-head attention without the output bias, wqkv = [W_q; W_k; W_v] (3d x d),
-    written here independently of the notebook's helpers."""
+def _attention(x, wqkv, wo, bo, num_heads):
+    """Causal multi-head attention, wqkv = [W_q; W_k; W_v] (3d x d), written here independently
+    of the notebook's helpers."""
     import torch
 
     batch, seq, d = x.shape
@@ -565,7 +600,7 @@ def _attention(x, wqkv, wo, num_heads):
     mask = torch.ones(seq, seq, dtype=torch.bool).tril()
     weights = torch.where(mask, scores, torch.tensor(float("-inf"), dtype=x.dtype)).softmax(-1)
     out = (weights @ v).permute(0, 2, 1, 3).reshape(batch, seq, d)
-    return out @ wo.t()
+    return out @ wo.t() + bo
 
 
 def _thirds(part: slice, d: int):
@@ -583,7 +618,7 @@ def tp_attention(fn, rng):
     from distlab import require_filled
 
     require_filled(fn)
-    fn = with_trusted(fn, megatron_f_g=_oracle_megatron_f_g)
+    fn = with_trusted(fn, megatron_f_g=_oracle_megatron_f_g, tp_region=_oracle_tp_region)
     for n in WORLD_SIZES:
         cases, specs = [], []
         for dtype in _dtypes():
@@ -592,30 +627,32 @@ def tp_attention(fn, rng):
             batch, seq = int(rng.integers(1, 3)), int(rng.integers(1, 5))
             tensors = [_randn(rng, (batch, seq, d), dtype)]
             tensors += [_randn(rng, (3 * d, d), dtype, d**-0.5),
-                        _randn(rng, (d, d), dtype, d**-0.5)]
+                        _randn(rng, (d, d), dtype, d**-0.5), _randn(rng, (d,), dtype)]
             grad = _randn(rng, (batch, seq, d), dtype)
             cases.append({"tensors": tensors, "grad": grad, "kwargs": {"num_heads": num_heads}})
             where = _case(n, x=(batch, seq, d), num_heads=num_heads, dtype=_name(dtype))
             expected, flops = _autograd(lambda *t, h=num_heads: _attention(*t, h), tensors, grad)
-            # every rank copies the output (g's sum), its rows of wqkv, and builds its mask
+            # every rank copies the output (g's sum) and adds bo on whole (batch, seq, d)
+            # tensors, copies its rows of wqkv, and builds its mask
             work = (_forward_work(lambda *t, h=num_heads: _attention(*t, h), tensors),
-                    4 * tensors[0].numel() + 3 * d * d // n + 2 * seq * seq)
+                    5 * tensors[0].numel() + 3 * d * d // n + 2 * seq * seq)
             specs.append((where, expected, flops, _parts(d, n), _nbytes(tensors[0]), work))
         refused = None
         if n > 1:
             num_heads = n + 1
             tensors = [_randn(rng, (1, 2, num_heads), torch.float64)]
             tensors += [_randn(rng, (3 * num_heads, num_heads), torch.float64),
-                        _randn(rng, (num_heads, num_heads), torch.float64)]
+                        _randn(rng, (num_heads, num_heads), torch.float64),
+                        _randn(rng, (num_heads,), torch.float64)]
             cases.append({"tensors": tensors, "grad": tensors[0], "refuse": True,
                           "kwargs": {"num_heads": num_heads}})
             refused = _case(n, num_heads=f"{num_heads} (not a multiple of {n})")
         results = on_ranks(_harness, fn, n, "layer", cases)
         for index, (where, expected, flops, rows, size, work) in enumerate(specs):
-            _check_layer(where, n, _outcomes(where, _entries(results, index), count=4),
+            _check_layer(where, n, _outcomes(where, _entries(results, index), count=5),
                          expected, flops, [
                              ("x", None), ("wqkv", lambda r, p=rows: _thirds(p[r], p[-1].stop)),
-                             ("wo", lambda r, p=rows: (slice(None), p[r]))],
+                             ("wo", lambda r, p=rows: (slice(None), p[r])), ("bo", None)],
                          (size, size), "attention layer", work)
         if refused:
             _check_refused(refused, _entries(results, len(specs)), "the heads cannot be split "

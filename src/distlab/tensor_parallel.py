@@ -10,6 +10,7 @@
     print(format_calls(calls))           # per call: phase, tensor bytes, what a ring sends
 
     show_comm_table(rows)                # a table of collectives per layer, as a figure
+    region_gradients(x, weights, c)      # the f/g check's gradients, on one process
 
 Nothing here computes a parallel layer or says what the ranks must do: the notebook's
 exercises do that.
@@ -29,23 +30,44 @@ from distlab.intercept import intercepting
 # matplotlib is imported by the pictures only: the ranks import this module for
 # count_collectives, and a fresh set of ranks would pay seconds for matplotlib each time.
 
-# The bytes one rank sends in a ring implementation, as a fraction of S, the bytes of the whole
-# (reduced or gathered) tensor, as notebook 01 derived them; in an AlltoAll a rank keeps 1/N of
-# its input and sends the rest. A Broadcast down a chain: every rank but the last passes the
-# whole tensor on, so a rank sends S at most; each rank is charged that most, S.
-RING_FACTOR = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "all_gather_single": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "reduce_scatter_single": lambda n: (n - 1) / n,
-    "all_to_all_single": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0 if n > 1 else 0.0,  # the most one rank of a chain sends
-}
-# which argument holds the whole tensor S: a tensor, or a list of the N pieces of it
-WHOLE = {"all_reduce": "tensor", "all_gather": "tensor_list", "all_gather_single": "output_tensor",
-         "reduce_scatter": "input_list", "reduce_scatter_single": "input",
-         "all_to_all_single": "input", "broadcast": "tensor"}
+
+def _ring_share(name: str, n: int) -> float:
+    """The bytes one rank sends in a ring implementation, as a fraction of S, the bytes of the
+    whole (reduced or gathered) tensor, as notebook 01 derived them: an all-reduce 2(N-1)/N; a
+    broadcast down a chain S at most (every rank but the last passes the whole tensor on, and
+    each rank is charged that most); every other collective (N-1)/N, as an all-gather, where a
+    rank sends all but its own 1/N."""
+    if n == 1:
+        return 0.0
+    if name.startswith("all_reduce"):
+        return 2 * (n - 1) / n
+    return 1.0 if name == "broadcast" else (n - 1) / n
+
+
+def _collectives() -> list[str]:
+    """The names of torch.distributed's collectives: its public functions that take async_op
+    (read from the module's dictionary, so that no deprecated alias is touched)."""
+    import types
+
+    names = []
+    for name, value in vars(dist).items():
+        if name.startswith("_") or type(value) is not types.FunctionType:
+            continue
+        try:
+            parameters = inspect.signature(value).parameters
+        except (TypeError, ValueError):
+            continue
+        if "async_op" in parameters:
+            names.append(name)
+    return names
+
+
+def region_gradients(x, weights, c):
+    """Notebook 04's check of f and g, on one process: (dL/dx, dL/dweights) by autograd, for
+    x (the input of every rank), weights (row r: rank r's weight) and c, the loss's weights."""
+    x, a = x.clone().requires_grad_(), weights.clone().requires_grad_()
+    (c * a * x).sum().backward()
+    return x.grad, a.grad
 
 
 @dataclass(frozen=True)
@@ -55,7 +77,7 @@ class Call:
     name: str  # "all_reduce", "all_gather", ...
     shape: tuple  # of the whole tensor (the first piece's, times N, for a list)
     nbytes: int  # S: bytes of the whole tensor
-    sent: float  # bytes this rank sends in a ring: RING_FACTOR[name](N) * S
+    sent: float  # bytes this rank sends in a ring: a share of S (_ring_share)
     world_size: int
     backward: bool  # called while autograd ran a backward pass
 
@@ -65,11 +87,29 @@ def _graph_task() -> int:
     return getattr(torch._C, "_current_graph_task_id", lambda: -1)()
 
 
-def _whole(value) -> tuple[tuple, int]:
+def _tensors(value) -> list:
+    """The tensors of one argument: a tensor, or a list (or tuple) of them."""
+    if isinstance(value, torch.Tensor):
+        return [value]
     if isinstance(value, list | tuple):
-        first = value[0]
-        return (len(value), *first.shape), sum(t.nbytes for t in value)
-    return tuple(value.shape), value.nbytes
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _whole(arguments: dict) -> tuple[tuple, int] | None:
+    """(shape, bytes) of the largest tensor argument, a list counting as the N pieces of one
+    (its shape: N, then the first piece's); None if the call has no tensor."""
+    best = None
+    for value in arguments.values():
+        tensors = _tensors(value)
+        if not tensors:
+            continue
+        nbytes = sum(t.nbytes for t in tensors)
+        shape = tuple(tensors[0].shape) if isinstance(value, torch.Tensor) else \
+            (len(tensors), *tensors[0].shape)
+        if best is None or nbytes > best[1]:
+            best = (shape, nbytes)
+    return best
 
 
 @contextlib.contextmanager
@@ -84,17 +124,19 @@ def count_collectives():
         signature = inspect.signature(original)
 
         def counted(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            shape, nbytes = _whole(bound.arguments[WHOLE[name]])
-            n = dist.get_world_size(bound.arguments.get("group"))
-            calls.append(Call(name, shape, nbytes, RING_FACTOR[name](n) * nbytes, n,
-                              _graph_task() != -1))
+            arguments = signature.bind(*args, **kwargs).arguments
+            whole = _whole(arguments)
+            if whole is not None:  # a barrier sends no tensor
+                n = dist.get_world_size(arguments.get("group"))
+                shape, nbytes = whole
+                calls.append(Call(name, shape, nbytes, _ring_share(name, n) * nbytes, n,
+                                  _graph_task() != -1))
             return original(*args, **kwargs)
 
         counted.__name__ = counted.__qualname__ = name
         return counted
 
-    with intercepting(RING_FACTOR, wrap):
+    with intercepting(_collectives(), wrap):
         yield calls
 
 

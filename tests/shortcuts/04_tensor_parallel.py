@@ -2,7 +2,8 @@
 idea (the whole weight gathered and the whole matmul done on every rank, the wrong collective
 with zero padding, an all-gather and a local sum in place of an all-reduce, an all-reduce and a
 slice or broadcasts in place of a reduce-scatter, the whole first layer as a broadcast
-multiply-and-sum), and correct answers written otherwise. Each rank
+multiply-and-sum, an all-reduce in place of g, the bias added before the sum, x not entered
+through f), and correct answers written otherwise. Each rank
 receives only its own shard of the linear layers' weights, so "use the full weight" must gather
 it."""
 
@@ -28,16 +29,25 @@ def _padded(t: str) -> str:
             "for q in range(world_size)], dim=-1)")
 
 
-BROADCAST_FIRST_LAYER = ("F.gelu(((x_in[..., None, :] * w1).sum(-1) + b1)"
-                         ".chunk(world_size, dim=-1)[rank])")
+def _region(first: str, last: str) -> str:
+    """tp_region's blank: region_in's statement `first` (ending in h = ...) and region_out's
+    `last` (ending in y = ...), as two lambdas."""
+    return (f"region_in = lambda x, w, b: (lambda: ({first.replace('h = ', '')}))(); "
+            f"region_out = lambda h, w, b: (lambda: ({last.replace('y = ', '')}))()")
+
+
+IN = "h = F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0))"
+OUT = "y = g.apply(F.linear(h, shard(w, rank, world_size, 1))) + b"
+BROADCAST_FIRST_LAYER = ("((f.apply(x)[..., None, :] * w).sum(-1) + b)"
+                         ".chunk(world_size, dim=-1)[rank]")
+MINE = "mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); "
 
 SHORTCUTS = [
     # the weight cut by rows
     Shortcut("column_parallel_forward",
              {1: f"y = F.linear(x, {_gathered('w_shard')}, {_gathered('b_shard')})"},
              "gather the whole weight, every rank does the whole matmul", "all_gather"),
-    Shortcut("column_parallel_forward", {1: "y_mine = F.linear(x, w_shard, b_shard); "
-                                         f"y = {_padded('y_mine')}; dist.all_reduce(y)"},
+    Shortcut("column_parallel_forward", {1: f"y = {_padded('y_mine')}; dist.all_reduce(y)"},
              "zero-padded columns all-reduced", "all_gather"),
     # the weight cut by columns
     Shortcut("row_parallel_forward",
@@ -47,7 +57,7 @@ SHORTCUTS = [
              {1: f"partial = F.linear(x_shard, w_shard); {_summed_by_gather('partial')}; "
                  "y = partial + bias"},
              "the partial sums all-gathered and added locally", "all_reduce"),
-    # f and g
+    # f and g (the blank is the two backward passes; the forwards are given)
     Shortcut("megatron_f_g",
              {1: "f_backward, g_backward = (lambda grad: (lambda t: ("
                  + _summed_by_gather("t") + ", t)[1])(grad.clone())), (lambda grad: grad)"},
@@ -56,33 +66,38 @@ SHORTCUTS = [
              {1: "f_backward, g_backward = all_reduce_sum, "
                  "(lambda grad: all_reduce_sum(grad * 0) + grad)"},
              "a needless all-reduce in g's backward", "no communication"),
-    # the MLP (full weights: choosing the part is the exercise; f and g are in the blank, b2 given)
-    Shortcut("tp_mlp", {1: "x_in = f.apply(x); "
-                           "w1_mine, b1_mine, w2_mine = None, None, shard(w2, rank, world_size, "
-                           "dim=1); y = g.apply(F.linear(" + BROADCAST_FIRST_LAYER
-                           + ", w2_mine))"},
+    # the MLP's two ends (full weights: choosing the part is the exercise; tp_mlp is given)
+    Shortcut("tp_region", {1: _region("h = " + BROADCAST_FIRST_LAYER, OUT)},
              "the whole first layer as a broadcast multiply-and-sum, then sliced", "work"),
-    Shortcut("tp_mlp", {1: "x_in = f.apply(x); "
-                           "w1_mine, b1_mine, w2_mine = w1, b1, w2; "
-                           "y = g.apply(F.linear(F.gelu(F.linear(x_in, w1, b1)), w2) "
-                           "/ world_size)"},
+    Shortcut("tp_region", {1: _region("h = F.linear(f.apply(x), w, b)",
+                                      "y = g.apply(F.linear(h, w) / world_size) + b")},
              "the whole MLP on every rank, divided by N before g", "FLOPs"),
-    Shortcut("tp_mlp", {1: "x_in = f.apply(x); "
-                           "w1_mine, b1_mine, w2_mine = shard(w1, rank, world_size, dim=1), b1, "
-                           "w2; hidden = F.gelu(g.apply(F.linear(shard(x_in, rank, "
-                           "world_size, dim=-1), w1_mine)) + b1_mine); "
-                           "y = g.apply(F.linear(hidden, w2) / world_size)"},
+    Shortcut("tp_region", {1: _region("h = g.apply(F.linear(shard(f.apply(x), rank, world_size, "
+                                      "-1), shard(w, rank, world_size, 1))) + b",
+                                      "y = g.apply(F.linear(h, w) / world_size) + b")},
              "the first layer cut by its inputs: its partial sums all-reduced before GeLU",
              "all_reduce"),
-    # attention (f, g and the output projection are given: the blank picks wqkv's rows)
+    Shortcut("tp_region", {1: _region(IN, "y = all_reduce_sum(F.linear(h, shard(w, rank, "
+                                          "world_size, 1))) + b")},
+             "an all-reduce in place of g: backward passes it as the identity", "through g"),
+    Shortcut("tp_region", {1: _region(IN, "y = g.apply(F.linear(h, shard(w, rank, world_size, 1), "
+                                          "b))")},
+             "the bias added on every rank before the sum", "output"),
+    Shortcut("tp_region", {1: _region(IN, "y = g.apply(F.linear(h, shard(w, rank, world_size, 1)) "
+                                          "+ (b if rank == 0 else 0))")},
+             "b2 added on rank 0 only: the other ranks hold no gradient of it", "b2"),
+    # attention (region_out ends it; the blank is f and wqkv's rows)
     Shortcut("tp_attention",
-             {1: "mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // "
-                 "world_size); wqkv_mine = shard(wqkv, rank, world_size, 0)"},
+             {1: "f, _ = megatron_f_g(); " + MINE + "qkv = F.linear(f.apply(x), "
+                 "shard(wqkv, rank, world_size, 0))"},
              "the fused wqkv cut as one block of rows (attention() copied with shard)", "output"),
     Shortcut("tp_attention",
-             {1: "mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // "
-                 "world_size); wqkv_mine = wqkv[mine].repeat(3, 1)"},
+             {1: "f, _ = megatron_f_g(); " + MINE + "qkv = F.linear(f.apply(x), "
+                 "wqkv[mine].repeat(3, 1))"},
              "the heads' rows of W_q used for k and v too (one third read)", "output"),
+    Shortcut("tp_attention",
+             {1: MINE + "qkv = F.linear(x, torch.cat([w[mine] for w in wqkv.chunk(3)]))"},
+             "x not entered through f: its gradient not summed", "backward"),
     # the bytes, predicted
     Shortcut("mlp_bytes", {1: "yours, rows_twice = 2 * (n - 1) / n * b * d * e, "
                               "2 * (2 * (n - 1) / n * b * d * e)"},
@@ -117,8 +132,7 @@ SHORTCUTS = [
 
 HONEST = [
     Shortcut("column_parallel_forward",
-             {1: "y_mine = F.linear(x, w_shard, b_shard); "
-                 "pieces = [torch.zeros_like(y_mine) for _ in range(world_size)]; "
+             {1: "pieces = [torch.zeros_like(y_mine) for _ in range(world_size)]; "
                  "dist.all_gather(pieces, y_mine.contiguous()); "
                  "y = torch.cat(pieces, dim=x.dim() - 1)"},
              "zeros for the slots, a positive dim"),
@@ -126,31 +140,35 @@ HONEST = [
              {1: "partial = torch.matmul(x_shard, w_shard.T); dist.all_reduce(partial); "
                  "y = bias + partial"},
              "matmul, the default op, the bias first"),
-    Shortcut("megatron_f_g", {1: "f_backward, g_backward = (lambda grad: all_reduce_sum("
-                                 "grad.clone())), torch.clone"},
+    Shortcut("megatron_f_g", {1: "f_backward, g_backward = (lambda grad: "
+                                 "all_reduce_sum(grad.clone())), torch.clone"},
              "copies for the sum and the identity"),
-    Shortcut("tp_mlp", {1: "x_in = f.apply(x); "
-                           "w1_mine, b1_mine = w1.chunk(world_size, dim=0)[rank], "
-                           "b1.chunk(world_size)[rank]; w2_mine = shard(w2, rank, world_size, "
-                           "dim=-1); z = F.gelu(F.linear(x_in, w1_mine, b1_mine)) @ w2_mine.t(); "
-                           "y = g.apply(z)"},
-             "chunk, the last dimension, the product written out"),
-    Shortcut("tp_mlp", {1: "x_in = f.apply(x); "
-                           "k = w1.shape[0] // world_size; part = slice(rank * k, (rank + 1) * k); "
-                           "hidden = F.gelu(x_in @ w1[part].t() + b1[part]); "
-                           "y = g.apply(hidden @ w2[:, part].t())"},
-             "the rows sliced by hand, the product written out"),
+    Shortcut("tp_region", {1: "region_in = lambda x, w, b: f.apply(x) @ w[rank * (w.shape[0] "
+                              "// world_size):(rank + 1) * (w.shape[0] // world_size)].t() "
+                              "+ b.chunk(world_size)[rank]; region_out = lambda h, w, b: "
+                              "b + g.apply(h @ w.chunk(world_size, dim=-1)[rank].t())"},
+             "the rows sliced by hand, chunk on the last dimension, the products written out"),
+    Shortcut("tp_region", {1: "def region_in(x, w, b):\n"
+                              "    x_in = f.apply(x)\n"
+                              "    return F.linear(x_in, w.chunk(world_size)[rank], "
+                              "b.chunk(world_size)[rank])\n\n"
+                              "def region_out(h, w, b):\n"
+                              "    partial = h @ shard(w, rank, world_size, dim=-1).t()\n"
+                              "    return g.apply(partial) + b"},
+             "two nested defs over several lines"),
     Shortcut("tp_attention",
-             {1: "head_dim = x.shape[-1] // num_heads; k = num_heads // world_size * head_dim; "
-                 "mine = slice(rank * k, (rank + 1) * k); wq, wk, wv = wqkv.chunk(3); "
-                 "wqkv_mine = torch.cat((wq[mine], wk[mine], wv[mine]))"},
+             {1: "f = megatron_f_g()[0]; head_dim = x.shape[-1] // num_heads; "
+                 "k = num_heads // world_size * head_dim; mine = slice(rank * k, (rank + 1) * k); "
+                 "wq, wk, wv = wqkv.chunk(3); "
+                 "qkv = f.apply(x) @ torch.cat((wq[mine], wk[mine], wv[mine])).t()"},
              "the band from the heads, each third named"),
     Shortcut("tp_attention",
-             {1: "d = wqkv.shape[1]; mine = slice(rank * d // world_size, (rank + 1) * d // "
-                 "world_size); wqkv_mine = wqkv.view(3, d, d)[:, mine].reshape(-1, d)"},
+             {1: "f, _ = megatron_f_g(); d = wqkv.shape[1]; mine = slice(rank * d // world_size, "
+                 "(rank + 1) * d // world_size); "
+                 "qkv = F.linear(f.apply(x), wqkv.view(3, d, d)[:, mine].reshape(-1, d))"},
              "a view of the three thirds, sliced at once"),
     Shortcut("column_parallel_forward",
-             {1: "y_mine = F.linear(x, w_shard, b_shard); stacked = y_mine.new_empty("
+             {1: "stacked = y_mine.new_empty("
                  "(world_size * y_mine.shape[0], *y_mine.shape[1:])); "
                  "dist.all_gather_single(stacked, y_mine.contiguous()); "
                  "y = torch.cat(stacked.chunk(world_size), dim=-1)"},
