@@ -81,7 +81,7 @@ gpu-check: setup
 # ruff, and import-linter's contracts ([tool.importlinter] in pyproject.toml): distlab never
 # imports autograder
 lint: setup
-	$(BIN)/ruff check src autograder tests bench
+	$(BIN)/ruff check src autograder tests bench solutions
 	$(BIN)/lint-imports
 
 clean:

@@ -1,4 +1,12 @@
-"""import-linter's `acyclic` contract type (pyproject.toml: [tool.importlinter] contract_types):
+"""Two contract types of our own for import-linter (pyproject.toml: [tool.importlinter]
+contract_types).
+
+`files`: modules that are in no package, loaded by path (each notebook's hidden tests, in
+solutions/<id>/hidden_tests.py, imported as `autograder.exercises.<topic>`), import of the
+course's packages only what `allowed_modules` names (and what lies under it), lazy imports
+included. grimp reads packages only, so without this their imports would be checked by nothing.
+
+ (pyproject.toml: [tool.importlinter] contract_types):
 no module of `packages` reaches itself again through the imports, lazy ones (inside a function)
 included, a package's __init__ counted as a module of its own.
 
@@ -11,11 +19,49 @@ or more modules, naming one shortest cycle of it with the import lines.
 
 from __future__ import annotations
 
+import ast
 from collections import deque
+from pathlib import Path
 
 from importlinter.application import output
 from importlinter.domain import fields
 from importlinter.domain.contract import Contract, ContractCheck
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class FilesContract(Contract):
+    files = fields.ListField(subfield=fields.StringField())  # globs under the course root
+    packages = fields.ListField(subfield=fields.StringField())  # whose imports are checked
+    allowed_modules = fields.ListField(subfield=fields.StringField())
+
+    def check(self, graph, verbose: bool) -> ContractCheck:
+        def inside(name, prefixes):
+            return any(name == p or name.startswith(f"{p}.") for p in prefixes)
+
+        found, broken = [], []
+        for pattern in self.files:
+            found += sorted(ROOT.glob(str(pattern)))
+        for path in found:
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names = [node.module]
+                else:
+                    continue
+                broken += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+                           for name in names if inside(name, self.packages)
+                           and not inside(name, self.allowed_modules)]
+        return ContractCheck(kept=bool(found) and not broken, warnings=[],
+                             metadata={"broken": broken, "none": not found})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        if check.metadata["none"]:
+            output.print_error(f"No file matches {', '.join(map(str, self.files))}")
+        for line in check.metadata["broken"]:
+            output.print_error(f"- {line}", bold=False)
+        output.new_line()
 
 
 class AcyclicContract(Contract):

@@ -165,6 +165,7 @@ def test_the_drawn_ring_is_recorded_from_the_grading_side_and_draws_quietly():
     import json
 
     from autograder.exercises.collectives import ring_picture
+
     from distlab import collectives as plots
 
     assert json.loads(plots.EXAMPLE.read_text()) == ring_picture(), "ring_example.json is stale"

@@ -1,5 +1,6 @@
 """The shortcut suite: blanks filled the way a learner who wants the points without the idea
-would fill them. One module per notebook (`tests/shortcuts/<id>.py`) lists
+would fill them. One module per notebook (`solutions/<id>/shortcuts.py`, secret like the hidden
+tests beside it) lists
 
     SHORTCUTS = [Shortcut("column_parallel_forward", {1: "weight", 2: "bias"},
                           "every rank multiplies by the whole weight")]
@@ -16,8 +17,10 @@ each such function must lose points.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from autograder import solved
 from distlab.source import paths
@@ -37,16 +40,32 @@ class Shortcut:
         return f"{self.function}: {self.idea}"
 
 
+def module_of(assignment: str):
+    """The shortcut module of a notebook, `solutions/<id>/shortcuts.py` (secret, like its hidden
+    tests: loaded by path, as `shortcuts.<id>`), or None."""
+    name = f"shortcuts.{assignment}"
+    if name in sys.modules:
+        return sys.modules[name]
+    file = paths.ROOT / "solutions" / assignment / "shortcuts.py"
+    if not file.is_file():
+        file = Path(__file__).parent / f"{assignment}.py"  # TRANSITION: not moved yet
+        if not file.is_file():
+            return None
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
 def suite(kind: str = "SHORTCUTS") -> list[tuple[str, Shortcut]]:
-    """(assignment, shortcut) of every notebook's module that exists."""
+    """(assignment, shortcut) of every notebook that has a shortcut module."""
     found = []
     for assignment in paths.assignment_ids():
-        try:
-            module = importlib.import_module(f"shortcuts.{assignment}")
-        except ModuleNotFoundError as err:
-            if err.name != f"shortcuts.{assignment}":
-                raise
-            continue
+        module = module_of(assignment)
         found += [(assignment, item) for item in getattr(module, kind, [])]
     return found
 

@@ -284,7 +284,9 @@ def hidden_lines(visible: str) -> list[str]:
     the released notebook nor distlab holds: one of them in a feedback page is a leak."""
     shown = visible + "".join(p.read_text() for p in (ROOT / "src").rglob("*.py"))
     files = [*(ROOT / "autograder" / "exercises").glob("*.py"), ROOT / "autograder" /
-             "reference.py", *(ROOT / "tests" / "shortcuts").glob("*.py")]
+             "reference.py", *(ROOT / "tests" / "shortcuts").glob("*.py"),
+             *(ROOT / "solutions").glob("*/hidden_tests.py"),
+             *(ROOT / "solutions").glob("*/shortcuts.py")]
     return sorted({line.strip() for path in files for line in path.read_text().splitlines()
                    if len(line.strip()) >= 40 and line.strip() not in shown})
 

@@ -29,22 +29,9 @@ from distlab.source import paths
 from distlab.source.markers import blank_source
 
 IDS = paths.assignment_ids()
-# per notebook: a graded function, one of its blanks, and a wrong answer for it
-WRONG = {
-    "01_collectives": ("ring_allreduce", 2, lambda answer: f"({answer}) + 1"),
-    "02_cost_models": ("allreduce_time_halving_doubling", 1,
-                       lambda answer: "(n - 1) / n * nbytes"),
-    "03_data_parallel": ("sync_sgd_step", 1,
-                         lambda answer: answer.replace("(len(y) / total)", "(1 / total)")),
-    "04_tensor_parallel": ("column_parallel_forward", 1,
-                           lambda answer: answer.split("; stacked")[0]
-                           + "; dist.all_reduce(y_mine); y = y_mine"),
-    "05_pipeline_parallel": ("one_f_one_b_order", 1, lambda answer: "min(S - s, M)"),
-    "06_zero": ("fewest_gpus", 1,
-                lambda answer: answer.replace("(Fraction(budget) - fixed)", "Fraction(budget)")),
-    "07_hybrid": ("train_3d", 1, lambda answer: "dist.all_reduce(param.grad); "
-                                                "param.grad /= dist.get_world_size()"),
-}
+# per notebook: a graded function, one of its blanks, and a wrong answer for it (WRONG in
+# solutions/<id>/shortcuts.py, beside the notebook's other secrets)
+WRONG = {assignment: getattr(shortcuts.module_of(assignment), "WRONG", None) for assignment in IDS}
 KINDS = ("solved", "untouched", "shortcuts")
 progress = [""]  # make grade's output
 CHEAT = "ring_allreduce"  # in 01, the cheat replaces its body with a numpy mean
@@ -110,7 +97,7 @@ def grading(tmp_path_factory, start_from_release):
 def graded(grading):
     grading, env = grading
     for assignment in IDS:
-        if assignment not in WRONG:
+        if not WRONG[assignment]:
             continue
         for kind in KINDS:
             folder = grading / "submitted" / kind / assignment
@@ -123,13 +110,14 @@ def graded(grading):
     folder.mkdir(parents=True)
     text = nbformat.writes(solved.load("01_collectives"))
     (folder / "01_collectives.ipynb").write_text(text[: len(text) // 2])
-    result = subprocess.run([sys.executable, "-m", "autograder.batch", *WRONG],
+    result = subprocess.run([sys.executable, "-m", "autograder.batch",
+                             *(a for a in WRONG if WRONG[a])],
                             cwd=paths.ROOT, env=env, capture_output=True, text=True,
                             timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
     rows, feedback = {}, {}
     progress[0] = result.stdout
-    for assignment in WRONG:
+    for assignment in (a for a in WRONG if WRONG[a]):
         with (grading / "grades" / f"{assignment}.csv").open() as handle:
             rows[assignment] = {row["student"]: row for row in csv.DictReader(handle)}
         feedback[assignment] = {
@@ -140,8 +128,8 @@ def graded(grading):
 
 @pytest.mark.parametrize("assignment", IDS)
 def test_every_notebook_has_a_wrong_blank_to_grade(assignment):
-    """Is every notebook in the grading batch (a wrong blank listed for it in WRONG)?"""
-    assert assignment in WRONG
+    """Is every notebook in the grading batch (a wrong blank in its solutions/<id>/shortcuts.py)?"""
+    assert WRONG[assignment], f"solutions/{assignment}/shortcuts.py has no WRONG"
 
 
 @pytest.mark.parametrize("assignment", IDS)

@@ -209,3 +209,8 @@ HONEST = [
     Shortcut("ParameterServer", {1: "self.params.detach().clone(), self.version"},
              "a detached copy"),
 ]
+
+# The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
+# made from the right one); that blank must cost its point and be named in the feedback.
+WRONG = ("sync_sgd_step", 1,
+         lambda answer: answer.replace("(len(y) / total)", "(1 / total)"))

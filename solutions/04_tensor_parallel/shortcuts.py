@@ -188,3 +188,7 @@ HONEST = [
                            "grad.clone())), (lambda grad: gather_rows(grad.contiguous()))"},
              "copies through the helpers"),
 ]
+
+# The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
+# made from the right one); that blank must cost its point and be named in the feedback.
+WRONG = ("column_parallel_forward", 1, lambda answer: "dist.all_reduce(y_mine); y = y_mine")

@@ -88,3 +88,8 @@ HONEST = [
     Shortcut("choose_layout", {1: "lambda layout: (-layout[0], layout[2])"},
              "the most replicas, then the fewest stages"),
 ]
+
+# The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
+# made from the right one); that blank must cost its point and be named in the feedback.
+WRONG = ("train_3d", 1, lambda answer: "dist.all_reduce(param.grad); "
+                                         "param.grad /= dist.get_world_size()")

@@ -67,3 +67,7 @@ HONEST = [
     Shortcut("tree_broadcast", {1: "[2 * rank + 2, 2 * rank + 1]"}, "the other child first"),
     Shortcut("alltoall", {1: "(rank - k) % N, (rank + k) % N"}, "the mirror schedule"),
 ]
+
+# The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
+# made from the right one); that blank must cost its point and be named in the feedback.
+WRONG = ("ring_allreduce", 2, lambda answer: f"({answer}) + 1")

@@ -100,3 +100,7 @@ HONEST = [
                                  4: "stage * (pp - 1)"},
              "the all-reduces counted per stage, the pipeline's span whole, the bubble factored"),
 ]
+
+# The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
+# made from the right one); that blank must cost its point and be named in the feedback.
+WRONG = ("allreduce_time_halving_doubling", 1, lambda answer: "(n - 1) / n * nbytes")

@@ -86,3 +86,7 @@ HONEST = [
                  "checkpoint(block, h, use_reentrant=False)"},
              "the count of plain blocks worked out first"),
 ]
+
+# The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
+# made from the right one); that blank must cost its point and be named in the feedback.
+WRONG = ("one_f_one_b_order", 1, lambda answer: "min(S - s, M)")
