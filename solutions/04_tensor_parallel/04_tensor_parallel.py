@@ -352,15 +352,14 @@ for rank, (y, grad, said) in enumerate(run(autograd_through_all_reduce, world_si
 
 # %% [markdown]
 # On torch 2.13 autograd printed 1 and 2 where the loss's gradient is 3. `dist.all_reduce`,
-# which writes its result into the tensor it is given, has no gradient formula: autograd passes
-# the gradient through it unchanged and says so in a `UserWarning`. The warning is raised from
-# inside torch's backward pass, so under Python's default filter each rank process prints it
-# once, on its stderr, and never again, however many layers use the collective. You see it above only because the demo records it: distlab sends the
-# ranks' stderr to a log file, and a training script's many ranks often bury it. (PyTorch also has
-# differentiable versions, `torch.distributed.nn.functional.all_reduce`, `all_gather`, ...,
-# whose backward is written out; here you write it yourself, to see what it must be.) An
-# all-gather into a list is worse in another way: its output does not require grad at all, so
-# the graph is cut silently. The gradients are wrong, and nothing fails.
+# which writes its result into the tensor it is given, has no gradient formula: autograd goes
+# through it as if it were not there, and says so in a `UserWarning`. So each rank's x gets
+# the gradient of its own term alone, $a_r$, while the loss depends on x through every rank's
+# term. Python's default filter prints a warning once per place it is
+# raised from, on the rank's stderr; distlab sends the ranks' stderr to a log file (you see it
+# above only because the demo records it), and a training script's many ranks often bury it.
+# An all-gather into a list is worse in another way: its output does not require grad at all,
+# so the graph is cut silently. The gradients are wrong, and nothing fails.
 #
 # Megatron-LM therefore puts every collective inside a `torch.autograd.Function`, which states
 # its backward explicitly. Such a Function has two static methods: `forward(ctx, inputs...)`
