@@ -47,6 +47,8 @@ LONGEST_FIRST = (
     "system/test_batch_timeouts.py",  # 55
     "test_launch.py",  # 55
     "test_hybrid.py",  # 45
+    "test_expert_parallel.py",  # 25
+    "test_context_parallel.py",  # 60
     "test_zero.py",  # 45
     "system/test_lab.py",  # 45
     "judge/test_judge.py",  # 40
