@@ -28,7 +28,7 @@ def test_no_module_but_settings_names_a_distlab_variable():
     """Does any module of distlab, autograder or nbgrader_config.py read (or write) a DISTLAB_*
     variable by its own spelling of the name, rather than through distlab.source.settings?"""
     files = [*(ROOT / "src" / "distlab").rglob("*.py"), *(ROOT / "autograder").rglob("*.py"),
-             *(ROOT / "solutions").glob("*/hidden_tests.py"), ROOT / "nbgrader_config.py"]
+             *(ROOT / "solutions").glob("*/hidden_tests*.py"), ROOT / "nbgrader_config.py"]
     offenders = {f"{path.relative_to(ROOT)}: {sorted(found)}" for path in files
                  if path.resolve() != SETTINGS and (found := names_in(path.read_text()))}
     assert not offenders, offenders

@@ -26,7 +26,9 @@ def test_a_unit_that_keeps_its_gathered_parameters_fails(kept):
     """Does a ZeRO-3 unit that computes the right numbers but keeps the gathered parameters (or
     a copy of them) alive until the backward, stashed on ctx, fail, saying what ZeRO-3 frees?"""
     _, cell, _ = reference.locate("GatheredUnit")
-    source = cell.source.replace("        return unit.run(full, inputs)\n",
+    given = "        return unit.run(GatheredUnit.gather_unit(unit, shard), inputs)\n"
+    source = cell.source.replace(given,
+                                 "        full = GatheredUnit.gather_unit(unit, shard)\n"
                                  f"        ctx.kept = {kept}\n"
                                  "        return unit.run(full, inputs)\n")
     assert source != cell.source
@@ -39,9 +41,9 @@ def test_a_unit_that_rounds_its_master_to_bf16_fails():
     same gathered copy, the precision of the master lost) fail on what the master is?"""
     _, cell, _ = reference.locate("GatheredUnit")
     source = cell.source.replace(
-        "full = unit.layout.gather(shard.to(unit.compute_dtype)); ctx.save",
-        "full = unit.layout.gather(shard.data.copy_(shard.to(unit.compute_dtype)).to("
-        "unit.compute_dtype)); ctx.save")
+        "return unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK",
+        "return unit.layout.gather(shard.data.copy_(shard.to(unit.compute_dtype)).to("
+        "unit.compute_dtype))  # BLANK")
     assert source != cell.source
     assert "master slice" in fails("GatheredUnit", nb.define("GatheredUnit", source))
 
@@ -59,8 +61,8 @@ def test_a_sharded_optimizer_that_updates_everything_everywhere_fails():
 def test_a_wrong_helper_does_not_cost_the_class_that_uses_it():
     """With a wrong assign_params in the notebook, does ShardedOptimizer still pass (its test
     gives it a correct one)?"""
-    worst_owner = ("order = sorted(range(len(sizes)), key=lambda i: -sizes[i]); "
-                   "least_loaded = lambda: loads.index(max(loads))")
+    worst_owner = ("for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]): "
+                   "owners[i] = loads.index(max(loads)); loads[owners[i]] += sizes[i]")
     broken = {"assign_params": nb.variant("assign_params", 1, worst_owner)}
     source = reference.locate("ShardedOptimizer")[1].source
     assert fails("ShardedOptimizer", nb.define("ShardedOptimizer", source, **broken)) == ""
@@ -71,9 +73,9 @@ def test_a_unit_that_saves_a_bf16_copy_of_its_slice_fails_on_what_it_saves():
     copy right, the master's gradient sent through bf16) fail on what autograd saved, seen
     from below, before any gradient is compared?"""
     _, cell, _ = reference.locate("GatheredUnit")
-    source = cell.source.replace("ctx.save_for_backward(shard, *inputs)  # BLANK",
+    source = cell.source.replace("ctx.save_for_backward(shard, *inputs)  # kept",
                                  "ctx.save_for_backward(shard.to(unit.compute_dtype), *inputs)"
-                                 "  # BLANK")
+                                 "  # kept")
     assert source != cell.source
     assert "copy of a slice" in fails("GatheredUnit", nb.define("GatheredUnit", source))
 

@@ -2,8 +2,9 @@
 
 This package is the engine: `checks.py` (shared comparisons, the rank harness, stand-ins) and
 `recorder.py` (what ranks send, from below their code). Each notebook's own hidden tests are
-secret and live with its solved source, in `solutions/<NN>_<topic>/hidden_tests.py`; they are
-imported as `autograder.exercises.<topic>` (a finder below maps the one to the other), so they
+secret and live with its solved source, in `solutions/<NN>_<topic>/hidden_tests.py` (a part of
+them in `hidden_tests_<part>.py`); they are imported as `autograder.exercises.<topic>` (and
+`<topic>_<part>`: a finder below maps the one to the other), so they
 import the engine, and ship to the judge's runner by value, like any module of this package.
 
 A test takes the learner's function and a seeded `numpy.random.Generator`, tries random inputs
@@ -23,7 +24,6 @@ from pathlib import Path
 from distlab.source import paths
 
 TESTS = {}
-HIDDEN_TESTS = "hidden_tests.py"  # in solutions/<NN>_<topic>/: the tests of notebook <NN>_<topic>
 
 
 def exercise(test):
@@ -33,10 +33,12 @@ def exercise(test):
 
 
 def notebook_modules(solutions: Path | None = None) -> dict[str, Path]:
-    """{topic: its hidden tests' file} of every notebook folder that has one."""
+    """{module name: file} of every notebook's hidden tests: solutions/<NN>_<topic>/
+    hidden_tests.py is `<topic>`, and a part of them in hidden_tests_<part>.py `<topic>_<part>`."""
     solutions = solutions or paths.ROOT / "solutions"
-    return {folder.name.split("_", 1)[1]: folder / HIDDEN_TESTS
-            for folder in sorted(solutions.glob("[0-9]*_*")) if (folder / HIDDEN_TESTS).is_file()}
+    return {folder.name.split("_", 1)[1] + file.stem.removeprefix("hidden_tests"): file
+            for folder in sorted(solutions.glob("[0-9]*_*"))
+            for file in sorted(folder.glob("hidden_tests*.py"))}
 
 
 class _NotebookTests(importlib.abc.MetaPathFinder):

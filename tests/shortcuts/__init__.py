@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from autograder import solved
 from distlab.source import paths
@@ -48,9 +47,7 @@ def module_of(assignment: str):
         return sys.modules[name]
     file = paths.ROOT / "solutions" / assignment / "shortcuts.py"
     if not file.is_file():
-        file = Path(__file__).parent / f"{assignment}.py"  # TRANSITION: not moved yet
-        if not file.is_file():
-            return None
+        return None
     spec = importlib.util.spec_from_file_location(name, file)
     module = sys.modules[name] = importlib.util.module_from_spec(spec)
     try:

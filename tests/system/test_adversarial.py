@@ -285,7 +285,7 @@ def hidden_lines(visible: str) -> list[str]:
     shown = visible + "".join(p.read_text() for p in (ROOT / "src").rglob("*.py"))
     files = [*(ROOT / "autograder" / "exercises").glob("*.py"), ROOT / "autograder" /
              "reference.py", *(ROOT / "tests" / "shortcuts").glob("*.py"),
-             *(ROOT / "solutions").glob("*/hidden_tests.py"),
+             *(ROOT / "solutions").glob("*/hidden_tests*.py"),
              *(ROOT / "solutions").glob("*/shortcuts.py")]
     return sorted({line.strip() for path in files for line in path.read_text().splitlines()
                    if len(line.strip()) >= 40 and line.strip() not in shown})

@@ -179,16 +179,79 @@ def unit_sizes(units, n, grads):
     return [-(-sum(grads[name].numel() for name in names) // n) for names, *_ in units]
 
 
-def plan_harness(rank, world_size, fn, cases, run_cases):
+def trusted_unit():
+    """The notebook's GatheredUnit, trusted: the plan's budget is measured with it."""
+    import torch
+
+    class Unit(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, shard, unit, *inputs):
+            ctx.unit = unit
+            ctx.save_for_backward(shard, *inputs)
+            return unit.run(unit.layout.gather(shard.detach().to(unit.compute_dtype)), inputs)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            unit = ctx.unit
+            shard, *inputs = ctx.saved_tensors
+            full = unit.layout.gather(shard.detach().to(unit.compute_dtype))
+            grad_inputs, grad_full = unit.gradients(full, inputs, grad_output)
+            grad = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)
+            return grad, None, *grad_inputs
+
+    return Unit
+
+
+def measure_plan(layers, plan_units, flat_shard):
+    """One step of a trusted ZeRO-3 on a tiny_lm of `layers` blocks with the units
+    `plan_units(model)` gives: (peak gathered bytes, all-gathers) in bf16 compute with fp32
+    reduction, and how far the loss after one fp32 SGD step is from the unsharded model's
+    (relative); or {"error": text} where the plan does not run."""
+    import torch
+
+    from distlab.zero import count_collectives
+    from distlab.zero_units import shard_units
+
+    batch = tokens(1, 0)
+    try:
+        model = tiny_lm(0, torch.float32, layers)
+        shard_units(model, list(plan_units(model)), trusted_unit(), flat_shard,
+                    torch.bfloat16, torch.float32)
+        with count_collectives() as counter:
+            lm_loss(model(batch[:, :-1]), batch).backward()
+        losses = []
+        for sharded in (True, False):
+            model = tiny_lm(0, torch.float32, layers)
+            if sharded:
+                shard_units(model, list(plan_units(model)), trusted_unit(), flat_shard)
+            optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad],
+                                        lr=0.5)
+            lm_loss(model(batch[:, :-1]), batch).backward()
+            optimizer.step()
+            with torch.no_grad():
+                losses.append(lm_loss(model(batch[:, :-1]), batch).item())
+    except Exception as error:  # noqa: BLE001 - the plan's failure is the message
+        return {"error": f"{type(error).__name__}: {error}"}
+    gathers = sum(1 for name, _ in counter.calls if name == "all_gather_single")
+    return {"peak": counter.peak_gathered_bytes, "gathers": gathers,
+            "gap": abs(losses[0] - losses[1]) / abs(losses[1])}
+
+
+def plan_harness(rank, world_size, fn, cases, run_cases, flat_shard):
     """The learner's lm_plan(model, compute_dtype, reduce_dtype) on a small transformer of
-    `layers` blocks, per case; what the plan does, as plain values (describe_plan)."""
+    `layers` blocks, per case; what the plan does, as plain values (describe_plan), its
+    measured step (measure_plan) and that of the reference plan, one unit per block."""
     import torch
 
     def one_case(case):
         layers, compute, reduce = case
         model = tiny_lm(0, torch.float32, layers)
         dtypes = [None if name is None else getattr(torch, name) for name in (compute, reduce)]
-        return describe_plan(model, fn(model, *dtypes))
+        plan = describe_plan(model, fn(model, *dtypes))
+        if "error" not in plan and not plan["nested"]:
+            plan["measured"] = measure_plan(layers, lambda m: fn(m, *dtypes)[0], flat_shard)
+            plan["budget"] = measure_plan(layers, lambda m: list(m.blocks), flat_shard)
+        return plan
 
     return run_cases(rank, world_size, cases, one_case)
 

@@ -1,8 +1,8 @@
 """Shortcuts of notebook 06 (ZeRO): blank fills that earn the values without the idea (the
-fewest GPUs taken as if every byte shrank, an owner-masked all-reduce for the owner's
-broadcast, ZeRO-2's bytes without the padding, a gradient all-reduced and sliced, a gathered
-unit kept from forward to backward, the master's gradient sent through bf16), and correct
-answers written otherwise."""
+fewest GPUs taken as if every byte shrank, owners given in turn, an owner-masked all-reduce for
+the owner's broadcast, ZeRO-2's bytes without the padding, a gradient all-reduced and sliced, a
+gathered unit kept alive, the master's gradient sent through bf16, a plan over its gathered
+bytes or all-gathers), and correct answers written otherwise."""
 
 from shortcuts import Shortcut
 
@@ -18,25 +18,24 @@ FEWEST = ("fixed = Fraction(psi) * sum(w for w, cut in zip(widths, (stage >= 3, 
           "if budget > fixed else None)")
 HELD = "size = {size}; return {params}, {grads}, {state}"
 STEP_GATHER = "; self.local.step(); self.layout.gather(self.shard, out=self.flat)"
-GATHER = "full = unit.layout.gather({copy})"
-SAVE = "ctx.save_for_backward({saved}, *inputs)"
-BACKWARD = ("shard, *inputs = ctx.saved_tensors; full = {full}; grad_inputs, grad_full = "
-            "unit.gradients(full, inputs, grad_output); grad_master = {master}")
-CAST = "shard.to(unit.compute_dtype)"
-RIGHT_FULL = f"unit.layout.gather({CAST})"
+BACKWARD = ("grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); "
+            "grad_master = {master}")
 RIGHT_MASTER = "unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)"
-POLICY = "MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)"
+ASSIGN = "for i in {order}: owners[i] = loads.index({pick}(loads)); loads[owners[i]] += sizes[i]"
 
 
-def forward(copy=CAST, saved="shard", extra=""):
-    return GATHER.format(copy=copy) + "; " + SAVE.format(saved=saved) + extra
-
-
-def backward(full=RIGHT_FULL, master=RIGHT_MASTER):
-    return BACKWARD.format(full=full, master=master)
+def backward(master=RIGHT_MASTER):
+    return BACKWARD.format(master=master)
 
 
 SHORTCUTS = [
+    Shortcut("assign_params",
+             {1: ASSIGN.format(order="range(len(sizes))", pick="min")},
+             "in turn, each to the least-loaded rank", "a reference rule's fullest rank"),
+    Shortcut("assign_params",
+             {1: ASSIGN.format(order="sorted(range(len(sizes)), key=lambda i: sizes[i])",
+                               pick="min")},
+             "smallest first", "a reference rule's fullest rank"),
     Shortcut("fewest_gpus", {1: FEWEST.format(n="math.ceil(shared / Fraction(budget))")},
              "every byte taken to shrink with N_d", "only the partitioned bytes shrink"),
     Shortcut("fewest_gpus", {1: FEWEST.format(n="int(shared / (Fraction(budget) - fixed))")},
@@ -93,32 +92,21 @@ SHORTCUTS = [
                  "[dist.all_reduce(self.flat[r * self.layout.size:(r + 1) * self.layout.size]"
                  ".mul_(float(r == self.layout.rank))) for r in range(self.layout.world_size)]"},
              "the updated slices spread by all-reduces of a masked buffer", "all-reduce"),
-    Shortcut("GatheredUnit", {1: forward(saved="full"),
-                              2: backward(full="full").replace("shard, *inputs", "full, *inputs")
-                              .replace(".to(shard.dtype)", ".to(full.dtype)")},
-             "the gathered unit saved for the backward", "not the whole"),
-    Shortcut("GatheredUnit", {1: forward(extra="; ctx.kept = full")},
-             "the gathered unit kept on ctx", "frees each gathered layer"),
-    Shortcut("GatheredUnit", {1: forward(extra="; ctx.kept = full"),
-                              2: backward(full="ctx.kept")},
-             "the kept copy used in the backward, no re-gather", "ZeRO-3"),
+    Shortcut("GatheredUnit",
+             {1: "unit.kept = unit.layout.gather(shard.to(unit.compute_dtype)); "
+                 "return unit.kept"},
+             "each gathered unit kept on its call object", "frees each gathered layer"),
     Shortcut("GatheredUnit",
              {2: backward(master=ALL_REDUCE_THEN_SLICE.format(layout="unit.layout",
                                                               grad="grad_full")
                           + ".to(shard.dtype)")},
              "the gradient all-reduced in the backward and sliced", "reduce-scatters"),
-    Shortcut("GatheredUnit",
-             {1: "full = unit.layout.gather(shard).to(unit.compute_dtype); " + SAVE.format(
-                 saved="shard"),
-              2: backward(full="unit.layout.gather(shard).to(unit.compute_dtype)")},
+    Shortcut("GatheredUnit", {1: "return unit.layout.gather(shard).to(unit.compute_dtype)"},
              "gathered in fp32, cast after: the right copy, twice the bytes", "before it travels"),
     Shortcut("GatheredUnit",
-             {1: forward(copy="shard.data.copy_(shard.to(unit.compute_dtype)).to("
-                              "unit.compute_dtype)")},
+             {1: "return unit.layout.gather(shard.data.copy_(shard.to(unit.compute_dtype)).to("
+                 "unit.compute_dtype))"},
              "the fp32 master rounded to bf16 in place", "master slice"),
-    Shortcut("GatheredUnit", {1: forward(saved=CAST)},
-             "a bf16 copy of the slice saved: the master's gradient goes through bf16",
-             "through bf16"),
     Shortcut("GatheredUnit",
              {2: backward(master="unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype))"
                                  ".to(unit.compute_dtype)")},
@@ -126,21 +114,19 @@ SHORTCUTS = [
     Shortcut("GatheredUnit",
              {2: backward(master="unit.layout.reduce_scatter(grad_full).to(shard.dtype)")},
              "the gradient reduced in the compute dtype, not the reduce dtype", "reduce dtype"),
-    Shortcut("lm_plan", {1: f"[], {POLICY}"},
-             "no units: everything left to the root", "outside the blocks"),
-    Shortcut("lm_plan", {1: f"[model.blocks], {POLICY}"},
-             "all blocks as one unit", "more than one block"),
-    Shortcut("lm_plan", {1: f"[m for m in model.modules() if isinstance(m, nn.Linear)], {POLICY}"},
-             "each linear a unit: more gathers", "fewer all-gathers"),
-    Shortcut("lm_plan", {1: f"[*model.blocks, model.embed, model.norm], {POLICY}"},
-             "the embedding and the last norm as units too: more gathers", "fewer all-gathers"),
-    Shortcut("lm_plan", {1: "list(model.blocks), MixedPrecisionPolicy(param_dtype=compute_dtype)"},
-             "no reduce dtype: gradients reduced in the compute dtype", "reduce dtype"),
-    Shortcut("lm_plan", {1: "list(model.blocks), MixedPrecisionPolicy(param_dtype=reduce_dtype, "
-                            "reduce_dtype=compute_dtype)"},
-             "the two dtypes swapped", "compute dtype"),
-    Shortcut("lm_plan", {1: "list(model.blocks), MixedPrecisionPolicy(reduce_dtype=reduce_dtype)"},
-             "the parameters gathered in their own dtype", "compute dtype"),
+    Shortcut("lm_plan", {1: "units = []"},
+             "no units: everything left to the root", "bytes of gathered parameters alive"),
+    Shortcut("lm_plan", {1: "units = [model.blocks]"},
+             "all blocks as one unit (a ModuleList is never called)", "fails"),
+    Shortcut("lm_plan",
+             {1: "units = [m for m in model.blocks.modules() if isinstance(m, nn.Linear)]"},
+             "each linear of the blocks a unit: more gathers", "all-gathers in a step"),
+    Shortcut("lm_plan", {1: "units = [m for m in model.modules() if isinstance(m, nn.Linear)]"},
+             "each linear a unit, the tied head too", "unsharded model"),
+    Shortcut("lm_plan", {1: "units = [*model.blocks, model.head]"},
+             "the tied head a unit apart from its embedding", "unsharded model"),
+    Shortcut("lm_plan", {1: "units = list(model.blocks)[:1]"},
+             "one block a unit, the others left to the root", "bytes of gathered parameters"),
 ]
 
 HONEST = [
@@ -165,23 +151,28 @@ HONEST = [
     Shortcut("Zero2Optimizer",
              {1: "self.shard.grad = self.layout.reduce_scatter(flat_grad.clone())" + STEP_GATHER},
              "reduce-scatter of a copy"),
-    Shortcut("GatheredUnit", {1: forward(saved="shard.detach()")}, "a detached save"),
+    Shortcut("assign_params",
+             {1: ASSIGN.format(order="reversed(sorted(range(len(sizes)), key=lambda i: "
+                                     "sizes[i]))", pick="min")},
+             "largest first, written otherwise"),
+    Shortcut("GatheredUnit", {1: "return unit.layout.gather(shard.detach().to("
+                                 "unit.compute_dtype))"}, "gathered from a detached slice"),
     Shortcut("GatheredUnit",
-             {1: forward(copy="shard.detach().to(unit.compute_dtype)"),
-              2: backward(full="unit.layout.gather(shard.detach().to(unit.compute_dtype))")},
-             "gathered from a detached slice"),
+             {1: "full = torch.empty(unit.layout.size * unit.layout.world_size, "
+                 "dtype=unit.compute_dtype); dist.all_gather_single(full, "
+                 "shard.detach().to(unit.compute_dtype)); return full"},
+             "the raw collective"),
     Shortcut("GatheredUnit",
-             {2: "saved = ctx.saved_tensors; shard, inputs = saved[0], saved[1:]; "
-                 "full = unit.layout.gather(shard.to(unit.compute_dtype)); grad_inputs, "
-                 "grad_full = unit.gradients(full, inputs, grad_output); grad_master = "
-                 "unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)"},
-             "the saved tensors read by index"),
-    Shortcut("GatheredUnit",
-             {1: SAVE.format(saved="shard") + "; " + GATHER.format(copy=CAST)},
-             "saved first, then gathered"),
-    Shortcut("lm_plan", {1: "[*model.blocks], MixedPrecisionPolicy(compute_dtype, reduce_dtype)"},
-             "positional dtypes"),
-    Shortcut("lm_plan", {1: "list(model.blocks), MixedPrecisionPolicy(param_dtype=compute_dtype, "
-                            "reduce_dtype=reduce_dtype or compute_dtype)"},
-             "the reduce dtype spelled out when None"),
+             {2: "grads = unit.gradients(full, inputs, grad_output); grad_inputs = grads[0]; "
+                 "grad_master = unit.layout.reduce_scatter(grads[1].to(unit.reduce_dtype))"
+                 ".to(shard.dtype)"},
+             "the gradients read by index"),
+    Shortcut("lm_plan", {1: "units = [*model.blocks]"}, "the blocks unpacked"),
+    Shortcut("lm_plan", {1: "units = [*model.blocks, model.norm]"},
+             "the last norm a unit too: as many gathers"),
 ]
+
+# The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
+# made from the right one); that blank must cost its point and be named in the feedback.
+WRONG = ("fewest_gpus", 1,
+         lambda answer: answer.replace("(Fraction(budget) - fixed)", "Fraction(budget)"))
