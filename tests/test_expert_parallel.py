@@ -73,6 +73,7 @@ def test_the_balance_loss_is_one_when_balanced_and_needs_the_probabilities():
 def test_expert_gradients_reduced_the_wrong_way_are_named(wrong, says):
     """Do the copies' average (EP times too large), a reduction over the world and one over the
     EP groups fail with a message that says which?"""
+    wrong = "N = dist.get_world_size(); " + wrong  # the blank names the world's size itself
     complaint = fails("sync_ep_dp_grads", nb.variant("sync_ep_dp_grads", 1, wrong))
     assert says in complaint, complaint
 
@@ -133,3 +134,24 @@ def test_ep_group_is_the_grid_row():
 
     got = run(on_rank, world_size=4)
     assert got == [[[r], [r - r % 2, r - r % 2 + 1], [0, 1, 2, 3]] for r in range(4)]
+
+
+def test_the_visible_checks_tell_the_wrong_answers_apart():
+    """Does the route picture keep different assignments in token order than in choice order,
+    and does the equal-loads batch with lopsided probabilities give 1 for the loss but not for
+    E * sum(P**2) (so the visible checks reject both)?"""
+    import torch
+    from autograder.exercises.expert_parallel import _oracle_route, _oracle_token_order_keep
+
+    picture = torch.full((5, 3), -4.0)
+    for token, (first, second) in enumerate([(0, 1), (0, 2), (1, 0), (2, 1), (2, 1)]):
+        picture[token, first], picture[token, second] = 3.0, 1.0
+    right = _oracle_route(picture, 2, 2)[2]
+    assert right == [[True, True], [True, False], [True, False], [True, False], [True, False]]
+    assert _oracle_token_order_keep(picture, 2, 2) != right
+    experts = torch.arange(8).remainder(4).unsqueeze(1)
+    lopsided = torch.zeros(8, 4)
+    lopsided[torch.arange(8), experts[:, 0]] = torch.tensor([4.0, 0.5, 0.5, 0.5]).repeat(2)
+    loss = reference.reference("balance_loss")
+    assert abs(loss(lopsided, experts).item() - 1) < 1e-6
+    assert abs(4 * (lopsided.softmax(-1).mean(0) ** 2).sum().item() - 1) > 0.05

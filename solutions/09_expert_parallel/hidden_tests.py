@@ -8,7 +8,8 @@ checks.on_ranks) in a short-timeout gloo group. ep_moe gets a trusted router, ro
 expert (with_trusted), so a mistake in route_top_k costs its own points only. Beside the
 values, every rank's communication is recorded from below (recorder.py) and each
 all_to_all_single's rows per destination rank (distlab's counter): the weights never move (no
-collective but all-to-alls, each of counts or of token rows), the dispatch gives each rank
+collective but all-to-alls, each of counts or of token rows, one small exchange of the
+per-expert counts before any row moves), the dispatch gives each rank
 exactly the kept rows for its experts, and the combine sends back exactly the rows received.
 """
 
@@ -381,6 +382,16 @@ def _check_moe_rank(where, rank, n, case, got, oracle, kept_by_rank):
         raise AssertionError(f"{where}: rank {rank} made {len(a2a)} all-to-alls, "
                              f"{len(got['rows'])} of them through dist.all_to_all_single: use "
                              "all_to_all_single (or all_rows) for every exchange")
+    calls = list(zip(got["rows"], got["row_bytes"], strict=True))
+    first_rows = next((i for i, (_, size) in enumerate(calls) if size == hidden * 8), None)
+    ahead = calls[:first_rows] if first_rows is not None else None
+    if ahead is not None and (len(ahead) != 1 or ahead[0][1] > 8
+                              or sum(ahead[0][0]) != n * local):
+        made = ", ".join(f"{sum(rows)} entries of {size} B" for rows, size in ahead) or "none"
+        raise AssertionError(f"{where}: before its first all-to-all of token rows, rank {rank} "
+                             f"made these all-to-alls: {made}; expected exactly one small "
+                             f"exchange of {n * local} integers: how else does a rank size "
+                             "what it will receive from each rank?")
     token_calls = [(rows, size) for rows, size in zip(got["rows"], got["row_bytes"],
                                                       strict=True) if size == hidden * 8]
     other_calls = [(rows, size) for rows, size in zip(got["rows"], got["row_bytes"],

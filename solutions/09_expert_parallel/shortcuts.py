@@ -1,10 +1,11 @@
 """Shortcuts of notebook 09 (expert parallelism): blank fills that earn the values without the
 idea (the assignments queued token by token, an expert taking one more than its capacity, a
-loss without the router's gradient or without the loads, the counts never exchanged, the
-experts' weights or every token all-gathered so that a rank runs every expert, the combine
-sent with the dispatch's splits, the EP groups taken for the copies' groups, expert gradients
-averaged over their copies or reduced over the world, the bytes of every row counted as
-moved, the combine's bytes taken for the dispatch's), and correct answers written otherwise."""
+loss without the router's gradient or without the loads, the counts never exchanged or every
+rank's whole count table sent to every rank, the experts' weights or every token
+all-gathered so that a rank runs every expert, the combine sent with the dispatch's splits,
+the EP groups taken for the copies' groups, expert gradients averaged over their copies or
+reduced over the world, the bytes of every row counted as moved, the combine's bytes taken
+for the dispatch's), and correct answers written otherwise."""
 
 from shortcuts import Shortcut
 
@@ -20,9 +21,7 @@ GATHERED_WEIGHTS = ("return (lambda W1, W2: torch.zeros_like(x).index_add(0, tok
                     ".functional.all_gather(w2, group=group)))")
 COLUMNS = "[list(range(e, N, ep)) for e in range(ep)]"
 ROWS = "[list(range(d * ep, d * ep + ep)) for d in range(N // ep)]"
-DISPATCH = "dispatch = [sum(e // local != r for e in routed[r]) * row_bytes for r in range(N)]"
-COMBINE = ("combine = [sum(e // local == r for q in range(N) if q != r for e in routed[q]) * "
-           "row_bytes for r in range(N)]")
+WORLD = "N = dist.get_world_size(); "
 
 SHORTCUTS = [
     Shortcut("route_top_k", {1: ROUTE.format(queue="experts.reshape(-1)", cmp="<",
@@ -38,6 +37,11 @@ SHORTCUTS = [
     Shortcut("ep_moe", {1: "recv_counts = send_counts.clone()"},
              "the counts never exchanged: every rank assumes it receives what it sends",
              "split sizes"),
+    Shortcut("ep_moe", {1: "table = torch.empty(N * E, dtype=send_counts.dtype); dist."
+                           "all_to_all_single(table, send_counts.repeat(N), group=group); "
+                           "recv_counts = table.view(N, N, local)[:, dist.get_rank(group)]"
+                           ".reshape(-1)"},
+             "every rank's whole count table sent to every rank", "small exchange"),
     Shortcut("ep_moe", {3: GATHERED_WEIGHTS},
              "the experts' weights all-gathered: a dense MoE on every rank", "weights"),
     Shortcut("ep_moe", {3: "torch.distributed.nn.functional.all_gather(x, group=group); "
@@ -45,18 +49,19 @@ SHORTCUTS = [
              "every token sent to every rank", "gathered"),
     Shortcut("ep_moe", {3: LAYER.format(combine="send_splits, recv_splits")},
              "the combine sent with the dispatch's splits", "split sizes"),
-    Shortcut("sync_ep_dp_grads", {1: f"group, _ = dist.new_subgroups_by_enumeration({ROWS}); "
+    Shortcut("sync_ep_dp_grads", {1: f"{WORLD}group, _ = dist.new_subgroups_by_enumeration("
+                                     f"{ROWS}); "
                                      "divisor = N"},
              "the EP groups taken for the groups of copies", "copies"),
-    Shortcut("sync_ep_dp_grads", {1: f"group, _ = dist.new_subgroups_by_enumeration({COLUMNS}); "
+    Shortcut("sync_ep_dp_grads", {1: f"{WORLD}group, _ = dist.new_subgroups_by_enumeration("
+                                     f"{COLUMNS}); "
                                      "divisor = dist.get_world_size(group)"},
              "the experts' gradients averaged over their copies", "divided"),
-    Shortcut("sync_ep_dp_grads", {1: "group = None; divisor = N"},
+    Shortcut("sync_ep_dp_grads", {1: f"{WORLD}group = None; divisor = N"},
              "the experts' gradients reduced over the world", "world"),
-    Shortcut("predict_a2a_bytes", {1: "dispatch = [len(routed[r]) * row_bytes for r in "
-                                      f"range(N)]; {COMBINE}"},
+    Shortcut("predict_a2a_bytes", {1: "[len(routed[r]) * row_bytes for r in range(N)]"},
              "every kept row counted as moved, the rank's own too", "another rank"),
-    Shortcut("predict_a2a_bytes", {1: f"{DISPATCH}; combine = dispatch"},
+    Shortcut("predict_a2a_bytes", {2: "dispatch"},
              "the combine's bytes taken for the dispatch's", "received"),
 ]
 
@@ -71,14 +76,15 @@ HONEST = [
                            "return torch.zeros_like(x).index_add(0, token, back * "
                            "gate[:, None])"},
              "the combine's splits by keyword, the gate by indexing"),
-    Shortcut("sync_ep_dp_grads", {1: "group = dist.new_subgroups_by_enumeration([[d * ep + e for "
+    Shortcut("sync_ep_dp_grads", {1: "N = dist.get_world_size(); group = dist."
+                                     "new_subgroups_by_enumeration([[d * ep + e for "
                                      "d in range(N // ep)] for e in range(ep)])[0]; divisor = "
                                      "dist.get_world_size(group) * ep"},
              "the copies' groups by a nested comprehension, the divisor as copies x EP"),
-    Shortcut("predict_a2a_bytes", {1: "dispatch = [row_bytes * sum(1 for e in routed[r] if "
-                                      "e // local != r) for r in range(N)]; combine = [row_bytes "
-                                      "* sum(1 for q in range(N) for e in routed[q] if q != r "
-                                      "and e // local == r) for r in range(N)]"},
+    Shortcut("predict_a2a_bytes", {1: "[row_bytes * sum(1 for e in routed[r] if e // local "
+                                      "!= r) for r in range(N)]",
+                                   2: "[row_bytes * sum(1 for q in range(N) for e in routed[q] "
+                                      "if q != r and e // local == r) for r in range(N)]"},
              "the counts by filtered generators"),
 ]
 
