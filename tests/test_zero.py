@@ -26,26 +26,24 @@ def test_a_unit_that_keeps_its_gathered_parameters_fails(kept):
     """Does a ZeRO-3 unit that computes the right numbers but keeps the gathered parameters (or
     a copy of them) alive until the backward, stashed on ctx, fail, saying what ZeRO-3 frees?"""
     _, cell, _ = reference.locate("GatheredUnit")
-    given = "        return unit.run(GatheredUnit.gather_unit(unit, shard), inputs)\n"
-    source = cell.source.replace(given,
-                                 "        full = GatheredUnit.gather_unit(unit, shard)\n"
-                                 f"        ctx.kept = {kept}\n"
-                                 "        return unit.run(full, inputs)\n")
+    given = "        return unit.run(full, inputs)\n"
+    source = cell.source.replace(given, f"        ctx.kept = {kept}\n" + given)
     assert source != cell.source
     assert "frees each gathered layer" in fails("GatheredUnit",
                                                 nb.define("GatheredUnit", source))
 
 
-def test_a_unit_that_rounds_its_master_to_bf16_fails():
-    """Does a ZeRO-3 unit whose forward rounds the fp32 master slice to bf16 in place (the
-    same gathered copy, the precision of the master lost) fail on what the master is?"""
+def test_a_unit_that_saves_its_gathered_unit_fails():
+    """Does a ZeRO-3 unit whose forward saves the gathered unit for its backward (and whose
+    backward uses it rather than gathering again) fail on what the forward saved?"""
     _, cell, _ = reference.locate("GatheredUnit")
-    source = cell.source.replace(
-        "return unit.layout.gather(shard.to(unit.compute_dtype))  # BLANK",
-        "return unit.layout.gather(shard.data.copy_(shard.to(unit.compute_dtype)).to("
-        "unit.compute_dtype))  # BLANK")
-    assert source != cell.source
-    assert "master slice" in fails("GatheredUnit", nb.define("GatheredUnit", source))
+    source = cell.source.replace("ctx.save_for_backward(shard, *inputs)  # BLANK",
+                                 "ctx.save_for_backward(full, shard, *inputs)  # BLANK")
+    source = source.replace("shard, *inputs = ctx.saved_tensors; full = "
+                            "GatheredUnit.gather_unit(unit, shard);",
+                            "full, shard, *inputs = ctx.saved_tensors;")
+    assert "full, shard, *inputs = ctx" in source
+    assert "gathered" in fails("GatheredUnit", nb.define("GatheredUnit", source))
 
 
 def test_a_sharded_optimizer_that_updates_everything_everywhere_fails():
@@ -73,9 +71,9 @@ def test_a_unit_that_saves_a_bf16_copy_of_its_slice_fails_on_what_it_saves():
     copy right, the master's gradient sent through bf16) fail on what autograd saved, seen
     from below, before any gradient is compared?"""
     _, cell, _ = reference.locate("GatheredUnit")
-    source = cell.source.replace("ctx.save_for_backward(shard, *inputs)  # kept",
+    source = cell.source.replace("ctx.save_for_backward(shard, *inputs)  # BLANK",
                                  "ctx.save_for_backward(shard.to(unit.compute_dtype), *inputs)"
-                                 "  # kept")
+                                 "  # BLANK")
     assert source != cell.source
     assert "copy of a slice" in fails("GatheredUnit", nb.define("GatheredUnit", source))
 

@@ -56,13 +56,33 @@ def _fits(psi, n_d, stage, widths, budget):
     return sum(_oracle_state_bytes(Fraction(psi), n_d, stage, widths)) <= Fraction(budget)
 
 
+CALLS_OF_A_PREDICTION = 6  # model_state_bytes at N_d = 1 and at infinity, and a check or two
+
+
+def _counted(fn, where):
+    """fn seeing the trusted model_state_bytes, which refuses to be called more than a
+    prediction needs (a fresh count per call of fn: under the judge the stand-in travels by
+    value with each request)."""
+    calls = [0]
+
+    def model_state_bytes(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > CALLS_OF_A_PREDICTION:
+            raise AssertionError(
+                f"{where} called model_state_bytes more than {CALLS_OF_A_PREDICTION} times for "
+                "one answer: that is a search over N_d; predict N_d with a formula")
+        return _model_state_bytes(*args, **kwargs)
+
+    return with_trusted(fn, model_state_bytes=model_state_bytes)
+
+
 @exercise
 def fewest_gpus(fn, rng):
     """The learner's N_d against the oracle's model states at N_d and N_d - 1; budgets whose
     answer is up to 10^9 GPUs (no search reaches it), and budgets no N_d meets (None)."""
     import time
 
-    fn = with_trusted(fn, model_state_bytes=_model_state_bytes)
+    learner = fn
     cases = [(7.5e9, stage, 16e9, (2, 2, 12)) for stage in range(4)]
     cases += [(1000.0, 3, 2000.0, (4, 4, 8)), (1000.0, 0, 16_000.0, (4, 4, 8))]
     for _ in range(40):
@@ -85,10 +105,10 @@ def fewest_gpus(fn, rng):
             widths, (stage >= 3, stage >= 2, stage >= 1), strict=True) if not cut)
         possible = Fraction(budget) > exact_fixed or (shared == 0 and budget >= exact_fixed)
         start = time.perf_counter()
-        got = fn(psi, stage, budget, widths)
+        got = _counted(learner, where)(psi, stage, budget, widths)
         if time.perf_counter() - start > 0.5:  # timed again: a first call may import, or cross
             start = time.perf_counter()  # to the judge's runner for the first time
-            got = fn(psi, stage, budget, widths)
+            got = _counted(learner, where)(psi, stage, budget, widths)
         if time.perf_counter() - start > 0.5:
             raise AssertionError(f"{where} took {time.perf_counter() - start:.1f} s: predict "
                                  "N_d with a formula; no search over N_d reaches 10^9 GPUs")

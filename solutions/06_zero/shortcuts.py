@@ -1,7 +1,7 @@
 """Shortcuts of notebook 06 (ZeRO): blank fills that earn the values without the idea (the
 fewest GPUs taken as if every byte shrank, owners given in turn, an owner-masked all-reduce for
 the owner's broadcast, ZeRO-2's bytes without the padding, a gradient all-reduced and sliced, a
-gathered unit kept alive, the master's gradient sent through bf16, a plan over its gathered
+gathered unit kept or saved, the master's gradient sent through bf16, a plan over its gathered
 bytes or all-gathers), and correct answers written otherwise."""
 
 from shortcuts import Shortcut
@@ -18,7 +18,8 @@ FEWEST = ("fixed = Fraction(psi) * sum(w for w, cut in zip(widths, (stage >= 3, 
           "if budget > fixed else None)")
 HELD = "size = {size}; return {params}, {grads}, {state}"
 STEP_GATHER = "; self.local.step(); self.layout.gather(self.shard, out=self.flat)"
-BACKWARD = ("grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); "
+REGATHER = "shard, *inputs = ctx.saved_tensors; full = GatheredUnit.gather_unit(unit, shard); "
+BACKWARD = (REGATHER + "grad_inputs, grad_full = unit.gradients(full, inputs, grad_output); "
             "grad_master = {master}")
 RIGHT_MASTER = "unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)"
 ASSIGN = "for i in {order}: owners[i] = loads.index({pick}(loads)); loads[owners[i]] += sizes[i]"
@@ -48,6 +49,12 @@ SHORTCUTS = [
                                 "stage >= 1)").format(n="math.ceil(shared / (Fraction(budget)"
                                                         " - fixed))")},
              "the parameters never partitioned", "fit already"),
+    Shortcut("fewest_gpus",
+             {1: "fits = lambda n: sum(model_state_bytes(Fraction(psi), n, stage, widths)) <= "
+                 "Fraction(budget); search = lambda lo, hi: lo if lo >= hi else (search(lo, "
+                 "(lo + hi) // 2) if fits((lo + hi) // 2) else search((lo + hi) // 2 + 1, hi)); "
+                 "return search(1, 10 ** 12) if fits(10 ** 12) else None"},
+             "a binary search over N_d that calls model_state_bytes", "search over N_d"),
     Shortcut("ShardedOptimizer",
              {1: "self.local.step(); [dist.all_reduce(p.mul_(float(self.owner[p] == self.rank)),"
                  f" op=dist.ReduceOp.SUM) {EVERY_PARAM}]"},
@@ -93,20 +100,24 @@ SHORTCUTS = [
                  ".mul_(float(r == self.layout.rank))) for r in range(self.layout.world_size)]"},
              "the updated slices spread by all-reduces of a masked buffer", "all-reduce"),
     Shortcut("GatheredUnit",
-             {1: "unit.kept = unit.layout.gather(shard.to(unit.compute_dtype)); "
-                 "return unit.kept"},
-             "each gathered unit kept on its call object", "frees each gathered layer"),
+             {1: "ctx.save_for_backward(shard, *inputs); ctx.full = full",
+              2: "shard, *inputs = ctx.saved_tensors; full = ctx.full; grad_inputs, grad_full = "
+                 "unit.gradients(full, inputs, grad_output); grad_master = unit.layout."
+                 "reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)"},
+             "each gathered unit kept on ctx for the backward", "frees each gathered layer"),
+    Shortcut("GatheredUnit",
+             {1: "ctx.save_for_backward(full, shard, *inputs)",
+              2: "full, shard, *inputs = ctx.saved_tensors; grad_inputs, grad_full = "
+                 "unit.gradients(full, inputs, grad_output); grad_master = unit.layout."
+                 "reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)"},
+             "the gathered unit saved for the backward", "gathered"),
     Shortcut("GatheredUnit",
              {2: backward(master=ALL_REDUCE_THEN_SLICE.format(layout="unit.layout",
                                                               grad="grad_full")
                           + ".to(shard.dtype)")},
              "the gradient all-reduced in the backward and sliced", "reduce-scatters"),
-    Shortcut("GatheredUnit", {1: "return unit.layout.gather(shard).to(unit.compute_dtype)"},
-             "gathered in fp32, cast after: the right copy, twice the bytes", "before it travels"),
-    Shortcut("GatheredUnit",
-             {1: "return unit.layout.gather(shard.data.copy_(shard.to(unit.compute_dtype)).to("
-                 "unit.compute_dtype))"},
-             "the fp32 master rounded to bf16 in place", "master slice"),
+    Shortcut("GatheredUnit", {1: "ctx.save_for_backward(shard.to(unit.compute_dtype), *inputs)"},
+             "a bf16 copy of the slice saved", "copy of a slice"),
     Shortcut("GatheredUnit",
              {2: backward(master="unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype))"
                                  ".to(unit.compute_dtype)")},
@@ -122,9 +133,9 @@ SHORTCUTS = [
              {1: "units = [m for m in model.blocks.modules() if isinstance(m, nn.Linear)]"},
              "each linear of the blocks a unit: more gathers", "all-gathers in a step"),
     Shortcut("lm_plan", {1: "units = [m for m in model.modules() if isinstance(m, nn.Linear)]"},
-             "each linear a unit, the tied head too", "unsharded model"),
+             "each linear a unit, the tied head too", "tied"),
     Shortcut("lm_plan", {1: "units = [*model.blocks, model.head]"},
-             "the tied head a unit apart from its embedding", "unsharded model"),
+             "the tied head a unit apart from its embedding", "tied"),
     Shortcut("lm_plan", {1: "units = list(model.blocks)[:1]"},
              "one block a unit, the others left to the root", "bytes of gathered parameters"),
 ]
@@ -155,15 +166,18 @@ HONEST = [
              {1: ASSIGN.format(order="reversed(sorted(range(len(sizes)), key=lambda i: "
                                      "sizes[i]))", pick="min")},
              "largest first, written otherwise"),
-    Shortcut("GatheredUnit", {1: "return unit.layout.gather(shard.detach().to("
-                                 "unit.compute_dtype))"}, "gathered from a detached slice"),
+    Shortcut("GatheredUnit", {1: "ctx.save_for_backward(*[shard, *inputs])"},
+             "the saved tensors as a list"),
     Shortcut("GatheredUnit",
-             {1: "full = torch.empty(unit.layout.size * unit.layout.world_size, "
-                 "dtype=unit.compute_dtype); dist.all_gather_single(full, "
-                 "shard.detach().to(unit.compute_dtype)); return full"},
-             "the raw collective"),
+             {2: "shard, *inputs = ctx.saved_tensors; full = torch.empty(unit.layout.size * "
+                 "unit.layout.world_size, dtype=unit.compute_dtype); dist.all_gather_single("
+                 "full, shard.detach().to(unit.compute_dtype)); grad_inputs, grad_full = "
+                 "unit.gradients(full, inputs, grad_output); grad_master = unit.layout."
+                 "reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)"},
+             "the raw collective in the backward"),
     Shortcut("GatheredUnit",
-             {2: "grads = unit.gradients(full, inputs, grad_output); grad_inputs = grads[0]; "
+             {2: REGATHER + "grads = unit.gradients(full, inputs, grad_output); "
+                 "grad_inputs = grads[0]; "
                  "grad_master = unit.layout.reduce_scatter(grads[1].to(unit.reduce_dtype))"
                  ".to(shard.dtype)"},
              "the gradients read by index"),

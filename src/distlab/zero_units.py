@@ -8,7 +8,9 @@ way back to the slices are the notebook's (its autograd Function); nothing here 
 A unit is a module or a list of modules (FSDP2 calls them the modules given to
 `fully_shard`). Each parameter belongs to the first unit that holds it, and the parameters no
 unit holds make one more unit, the root's. A parameter held twice (tied weights: an embedding
-and the LM head that reuses it) is flattened once, so both see the same slice; each call of a
+and the LM head that reuses it) is flattened once, so both see the same slice, when both
+holders are in the same unit (the root's included); a plan that puts them in different units
+is refused with a ValueError (the other holder would keep the whole parameter). Each call of a
 module that holds the unit's parameters goes through `function.apply(shard, call, *inputs)`,
 with `call` (a UnitCall) saying how to run that module on a gathered flat buffer. Frozen
 parameters (requires_grad=False) are not flattened: they stay whole on every rank, with no
@@ -145,6 +147,15 @@ def shard_units(model, units, function, layout_cls, compute_dtype=None, reduce_d
     rest = [(m, n, p) for m, n, p in _holders([model]) if id(p) not in taken]
     if rest:  # the root's unit: each module that holds one of them is a member
         made.append((list(dict.fromkeys(m for m, _, _ in rest)), rest))
+    owner = {id(p): i for i, (_, held) in enumerate(made) for _, _, p in held}
+    for module, _, param in _holders([model]):
+        i = owner[id(param)]
+        if not any(_inside(module, top) for top in made[i][0]):
+            raise ValueError(
+                f"{qualified[id(param)]} is tied: {type(module).__name__} uses it too, outside "
+                f"unit {i}, which shards it; that module would keep the whole parameter, "
+                "never averaged: put every module that holds a tied parameter in one unit (or "
+                "leave them all to the root's)")
     members = [(m, i) for i, (modules, _) in enumerate(made) for m in modules]
     for module, i in members:
         for other, j in members:
