@@ -10,6 +10,7 @@ answered otherwise, defined as a notebook cell defines them, and the hidden test
 from __future__ import annotations
 
 import linecache
+import re
 import warnings
 
 import numpy as np
@@ -75,6 +76,25 @@ class Notebook:
             exercises.test_for(name)
             units[name] = blanks
         return units
+
+    def judge_verdict(self, name: str, number: int, wrong: str) -> tuple:
+        """(earned, possible, report) the judge gives `name` in the solved notebook with blank
+        `number` answered `wrong` (the learner's code in a runner process: run the test with
+        the sandbox off, `sandbox.available` patched, which has tests of its own)."""
+        blank = reference.locate(name)[2][number - 1]
+
+        def edit(code):
+            if not re.search(rf"^(def|class) {name}\b", code, re.M):
+                return code
+            lines = code.split("\n")
+            row = next(i for i, line in enumerate(lines) if "# BLANK" in line
+                       and blank.hint in line and blank.answer in line.split("# BLANK")[0])
+            code_part, marker = lines[row].split("# BLANK", 1)
+            lines[row] = code_part.replace(blank.answer, wrong, 1) + "# BLANK" + marker
+            return "\n".join(lines)
+
+        [verdict] = grade_cell.verdicts(self.solved_cells(edit), [(name, None)], "test")
+        return verdict
 
     def solved_cells(self, edit=None) -> list[str]:
         """The code cells of the solved notebook, as the judge reads a submission."""

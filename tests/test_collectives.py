@@ -36,24 +36,10 @@ RELEASED = Path(__file__).resolve().parents[1] / "notebooks" / ASSIGNMENT / f"{A
 def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):
     """Graded by the judge (the learner's code in a separate runner process, only plain values
     coming back), does the reference earn every point and one wrong blank cost one?"""
-    from autograder import grade_cell
     from autograder.judge import sandbox
 
-    # the runner without its sandbox: the sandbox has tests of its own
-    monkeypatch.setattr(sandbox, "available", lambda: False)
-
-    def edit(code):
-        if f"def {name}(" not in code:
-            return code
-        blank = reference.locate(name)[2][number - 1]
-        lines = code.split("\n")
-        row = next(i for i, line in enumerate(lines) if blank.answer in line and "BLANK" in line
-                   and blank.hint in line)
-        lines[row] = lines[row].replace(blank.answer, wrong, 1)
-        return "\n".join(lines)
-
-    [(earned, possible, report)] = grade_cell.verdicts(nb.solved_cells(edit), [(name, None)],
-                                                       "test")
+    monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
+    earned, possible, report = nb.judge_verdict(name, number, wrong)
     assert earned == possible - 1, report
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 

@@ -71,22 +71,10 @@ def test_a_broken_broadcast_does_not_cost_the_ddp_classes():
 ])
 def test_the_judge_names_a_wrong_blank(name, number, wrong, monkeypatch):
     """Under the judge, does one wrong blank cost exactly its point, and is it named?"""
-    from autograder import grade_cell
     from autograder.judge import sandbox
 
-    monkeypatch.setattr(sandbox, "available", lambda: False)
-    blank = reference.locate(name)[2][number - 1]
-
-    def edit(code):
-        if f" {name}(" not in code.split("\n")[0]:
-            return code
-        lines = code.split("\n")
-        row = next(i for i, line in enumerate(lines) if "BLANK" in line and blank.hint in line)
-        lines[row] = lines[row].replace(blank.answer, wrong, 1)
-        return "\n".join(lines)
-
-    [(earned, possible, report)] = grade_cell.verdicts(nb.solved_cells(edit), [(name, None)],
-                                                       "test")
+    monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
+    earned, possible, report = nb.judge_verdict(name, number, wrong)
     assert earned == possible - 1, report
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 

@@ -75,23 +75,10 @@ def test_reference_earns_every_point_and_the_release_none(name):
 def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):
     """Graded by the judge (the learner's code in a separate runner process, only plain values
     coming back), does one wrong blank cost exactly that blank's point?"""
-    from autograder import grade_cell
     from autograder.judge import sandbox
 
     monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
-
-    def edit(code):
-        if f"def {name}(" not in code:
-            return code
-        blank = reference.locate(name)[2][number - 1]
-        lines = code.split("\n")
-        row = next(i for i, line in enumerate(lines) if blank.answer in line and "BLANK" in line
-                   and blank.hint in line)
-        lines[row] = lines[row].replace(blank.answer, wrong, 1)
-        return "\n".join(lines)
-
-    [(earned, possible, report)] = grade_cell.verdicts(nb.solved_cells(edit), [(name, None)],
-                                                       "test")
+    earned, possible, report = nb.judge_verdict(name, number, wrong)
     assert earned == possible - 1, report
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 

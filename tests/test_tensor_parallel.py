@@ -74,23 +74,10 @@ def test_a_missing_all_reduce_on_some_ranks_fails_in_seconds():
 def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):
     """Graded by the judge (the learner's code in a separate runner process, only plain values
     coming back), does one wrong blank cost exactly its share of the points, and is it named?"""
-    from autograder import grade_cell
     from autograder.judge import sandbox
 
     monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
-    blank = reference.locate(name)[2][number - 1]
-
-    def edit(code):
-        if f"def {name}(" not in code:
-            return code
-        lines = code.split("\n")
-        row = next(i for i, line in enumerate(lines) if "BLANK" in line and blank.hint in line)
-        code_part, marker = lines[row].split("# BLANK", 1)
-        lines[row] = code_part.replace(blank.answer, wrong, 1) + "# BLANK" + marker
-        return "\n".join(lines)
-
-    [(earned, possible, report)] = grade_cell.verdicts(nb.solved_cells(edit), [(name, None)],
-                                                       "test")
+    earned, possible, report = nb.judge_verdict(name, number, wrong)
     assert earned == possible - possible / len(reference.locate(name)[2]), report  # its share
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 
