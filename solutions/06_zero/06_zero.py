@@ -10,8 +10,9 @@
 # **ZeRO** (the Zero Redundancy Optimizer, Rajbhandari et al., 2020) keeps the data-parallel
 # training loop and its results, and removes the redundancy in three stages: each GPU keeps
 # only $1/N_d$ of the optimizer state (stage 1), then of the gradients too (stage 2), then of
-# the parameters too (stage 3). Only stage 3 fetches pieces from the others, a layer's
-# parameters just before it is used; in stages 1 and 2 a GPU works on its own piece only.
+# the parameters too (stage 3). In stages 1 and 2 every GPU still holds every parameter: each
+# updates its own piece and receives the others' updated pieces once a step. Only stage 3 also
+# fetches a layer's parameters from the others just before it is used.
 #
 # **What you will build**
 #
@@ -1019,7 +1020,7 @@ print("✓ the formula predicts the measured bytes")
 # padding (at most $N-1$ elements per flat buffer) and AdamW's step counters (one 4-byte
 # scalar per tensor it updates). Stage 1 is off by more, on the fullest rank: it owns whole
 # parameters, and with 10 tensors of very different sizes on 4 ranks your rule cannot
-# make the loads equal (one 256x128 weight is already a third of the model). The flat buffer
+# make the loads equal (one 128x256 weight is already a third of the model). The flat buffer
 # of stage 2 does not have that problem.
 #
 # ## 7. Communication per stage, counted
