@@ -5,7 +5,6 @@ torch.distributed.pipelining runs. (What every exercise promises: tests/test_con
 Run: .venv/bin/python -m pytest tests/test_pipeline_parallel.py -q   (about 45 s on 2 idle cores)
 """
 
-import linecache
 import sys
 import warnings
 
@@ -13,9 +12,7 @@ import cloudpickle
 import pytest
 from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
 
-from autograder import diagnose, grade_cell, reference
-from distlab.source.definitions import functions
-from distlab.source.markers import blank_source
+from autograder import reference
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # rank functions travel by value
 
@@ -36,33 +33,15 @@ REAL_RANKS = ["run_stage", "pipelining_step", "activation_bytes"]
 # ---------------------------------------------------------------- wrong blanks fail
 
 
-def _released(name: str):
-    """The learner's function as released: every blank `_____`."""
-    _, cell, _ = reference.locate(name)
-    template, _ = blank_source(cell.source)
-    filename = f"<released-{name}>"
-    linecache.cache[filename] = (len(template), None, template.splitlines(True), filename)
-    namespace = dict(vars(reference.module(ASSIGNMENT)))
-    namespace["__name__"] = "__main__"
-    exec(compile(template, filename, "exec"), namespace)
-    return namespace[name], template
-
-
 @pytest.mark.parametrize("name", SIMULATED + REAL_RANKS)
 def test_reference_earns_every_point_and_the_release_none(name):
     """Graded in the notebook, does the reference earn every point, and the released template
     (nothing filled) 0 points with a "not filled" report?"""
-    fn = reference.reference(name)
-    earned, possible, report = grade_cell.assess(name, diagnose.source_of(fn), lambda s: fn)
-    assert earned == possible == len(reference.locate(name)[2]), report
-    blank_fn, template = _released(name)
-    source = functions(template)[name]
-
-    def make(candidate):
-        return blank_fn if candidate is None else diagnose.rebuild(blank_fn, candidate)
-
-    earned, possible, report = grade_cell.assess(name, source, make)
-    assert earned == 0 and possible == len(reference.locate(name)[2]), report
+    blanks = len(reference.locate(name)[2])
+    earned, possible, report = assess(reference.reference(name), name)
+    assert earned == possible == blanks, report
+    earned, possible, report = assess(nb.released(name), name)
+    assert earned == 0 and possible == blanks, report
     assert any("not filled" in line for line in report), report
 
 

@@ -31,7 +31,8 @@ from distlab.source.markers import blank_source
 IDS = paths.assignment_ids()
 # per notebook: a graded function, one of its blanks, and a wrong answer for it (WRONG in
 # solutions/<id>/shortcuts.py, beside the notebook's other secrets)
-WRONG = {assignment: getattr(shortcuts.module_of(assignment), "WRONG", None) for assignment in IDS}
+WRONG = {assignment: wrong for assignment in IDS
+         if (wrong := getattr(shortcuts.module_of(assignment), "WRONG", None))}
 KINDS = ("solved", "untouched", "shortcuts")
 progress = [""]  # make grade's output
 CHEAT = "ring_allreduce"  # in 01, the cheat replaces its body with a numpy mean
@@ -97,7 +98,7 @@ def grading(tmp_path_factory, start_from_release):
 def graded(grading):
     grading, env = grading
     for assignment in IDS:
-        if not WRONG[assignment]:
+        if assignment not in WRONG:
             continue
         for kind in KINDS:
             folder = grading / "submitted" / kind / assignment
@@ -110,14 +111,13 @@ def graded(grading):
     folder.mkdir(parents=True)
     text = nbformat.writes(solved.load("01_collectives"))
     (folder / "01_collectives.ipynb").write_text(text[: len(text) // 2])
-    result = subprocess.run([sys.executable, "-m", "autograder.batch",
-                             *(a for a in WRONG if WRONG[a])],
+    result = subprocess.run([sys.executable, "-m", "autograder.batch", *WRONG],
                             cwd=paths.ROOT, env=env, capture_output=True, text=True,
                             timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
     rows, feedback = {}, {}
     progress[0] = result.stdout
-    for assignment in (a for a in WRONG if WRONG[a]):
+    for assignment in WRONG:
         with (grading / "grades" / f"{assignment}.csv").open() as handle:
             rows[assignment] = {row["student"]: row for row in csv.DictReader(handle)}
         feedback[assignment] = {
@@ -129,7 +129,7 @@ def graded(grading):
 @pytest.mark.parametrize("assignment", IDS)
 def test_every_notebook_has_a_wrong_blank_to_grade(assignment):
     """Is every notebook in the grading batch (a wrong blank in its solutions/<id>/shortcuts.py)?"""
-    assert WRONG[assignment], f"solutions/{assignment}/shortcuts.py has no WRONG"
+    assert assignment in WRONG, f"solutions/{assignment}/shortcuts.py has no WRONG"
 
 
 @pytest.mark.parametrize("assignment", IDS)
