@@ -58,9 +58,12 @@ class Notebook:
         return self.variant_of(name, {number: answer})
 
     def released(self, name: str):
-        """`name` as the learner first gets it: every blank `_____`."""
+        """`name` as the learner first gets it: every blank `_____` (distlab's, as in the
+        released notebook)."""
+        from distlab import _____
+
         _, cell, _ = reference.locate(name)
-        return self.define(name, blank_source(cell.source)[0])
+        return self.define(name, blank_source(cell.source)[0], _____=_____)
 
     def graded_units(self) -> dict[str, list]:
         """{name: blanks} of each solution cell, in order, checking what every notebook
