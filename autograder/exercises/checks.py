@@ -239,6 +239,48 @@ def rank_failure(err: BaseException, kind: str = "raised") -> tuple[str, str]:
     return kind, text
 
 
+# ---------------------------------------------------------------- the case loop
+#
+# Every real-rank test is one loop: the rank side runs each case in a short-timeout group and
+# stops at the first failure (run_cases, called by the test's harness); the grading side turns
+# the ranks' lists into one list of entries per case (each_case) and raises for the first rank
+# that failed (first_rank_failure) before it compares the values with its oracle.
+
+
+def run_cases(rank: int, world_size: int, cases: list, one_case) -> list:
+    """Rank side: one_case(case) for each case, in a short group (short_group); per case
+    ("ok", value) or (kind, text) as in rank_failure, stopping at the first failure. Nothing is
+    judged here: under the judge this runs in the sandbox, next to the learner's code."""
+    results = []
+    with short_group(rank, world_size):
+        try:
+            for case in cases:
+                try:
+                    results.append(("ok", one_case(case)))
+                except Exception as err:  # noqa: BLE001 - reported as the case's failure
+                    results.append(rank_failure(err, "raised"))
+                    break
+        except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
+            results.append(rank_failure(err, "broken"))
+    return results
+
+
+def each_case(harness, fn, n: int, cases: list, *args):
+    """Grading side: harness(rank, n, fn, cases, *args) on n ranks (on_ranks), then
+    (case, entries) for each case, entries[r] rank r's ("ok", value) or (kind, text); a rank that
+    stopped before the case (it failed an earlier one, or was not in it) is ("broken", ...)."""
+    results = on_ranks(harness, fn, n, cases, *args)
+    for index, case in enumerate(cases):
+        yield case, [r[index] if index < len(r) and r[index] is not None
+                     else ("broken", "stopped early") for r in results]
+
+
+def rank_values(where: str, entries: list) -> list:
+    """Each rank's value of a case every rank must finish; raises for the first that did not."""
+    first_rank_failure(where, entries)
+    return [value for _, value in entries]
+
+
 def first_rank_failure(where: str, entries: list) -> None:
     """entries[r] is rank r's ("ok", value) or (kind, text): raise for the rank that raised
     first, then one that was stuck (waiting on it), then one whose group broke."""

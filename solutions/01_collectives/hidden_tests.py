@@ -31,14 +31,14 @@ from autograder.exercises.checks import case as _case
 from autograder.exercises.checks import (
     check_rows,
     check_tensor,
+    each_case,
     first_rank_failure,
     fmt,
     ints,
     on_ranks,
-    rank_failure,
     recording,
     rendezvous_file,
-    short_group,
+    run_cases,
     with_trusted,
 )
 
@@ -282,15 +282,16 @@ def _store_bytes() -> int:
     return os.path.getsize(rendezvous_file("check"))
 
 
-def _recorded(call) -> tuple[str, dict]:
-    """("ok", what call() did on this rank): its output (tensors detached and copied), every
+def _recorded(call) -> dict:
+    """What call() did on this rank: its output (tensors detached and copied), every
     collective and point-to-point call however reached (kind, bytes, peer), the sends it
     started and never waited for (finished here, so the next case starts clean) and how much
     the group's store grew while every rank was in the case (a barrier before and after it:
-    a rank still joining the group or leaving it writes there too)."""
+    a rank still joining the group or leaving it writes there too, and so does the case before)."""
     import torch
     import torch.distributed as dist
 
+    dist.barrier()
     before = _store_bytes()
     with _watching_isends() as requests, recording(flops=False, saved=False) as rec:
         out = call()
@@ -302,29 +303,14 @@ def _recorded(call) -> tuple[str, dict]:
         out = out.detach().clone()
     elif isinstance(out, list | tuple):
         out = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in out]
-    return "ok", {"out": out, "calls": rec.summary()["calls"], "unwaited": len(unwaited),
-                  "store": _store_bytes() - before}
+    return {"out": out, "calls": rec.summary()["calls"], "unwaited": len(unwaited),
+            "store": _store_bytes() - before}
 
 
 def _each_case(rank: int, world_size: int, mine: list, call) -> list:
-    """call(inputs) for each of this rank's cases, recorded (_recorded), in a short group;
-    stops at the first failure (checks.rank_failure). Nothing is judged here: under the judge
-    this runs in the sandbox, next to the learner's code."""
-    import torch.distributed as dist
-
-    results = []
-    with short_group(rank, world_size):
-        try:
-            for inputs in mine:
-                dist.barrier()  # every rank between its cases: the store's size is theirs alone
-                try:
-                    results.append(_recorded(lambda inputs=inputs: call(*inputs)))
-                except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                    results.append(rank_failure(err, "raised"))
-                    break
-        except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
-            results.append(rank_failure(err, "broken"))
-    return results
+    """call(*inputs) for each of this rank's cases, recorded (_recorded), through the case loop
+    (checks.run_cases)."""
+    return run_cases(rank, world_size, mine, lambda inputs: _recorded(lambda: call(*inputs)))
 
 
 def _trusted_exchange(send, dst, recv, src):
@@ -513,17 +499,17 @@ def exchange(fn, rng):
         blocks, recv_sizes = _blocks(rng, n, torch.float64)
         cases = [("ring", [(p, sizes) for p in pieces]),
                  ("pairs", [(blocks[r], recv_sizes[r]) for r in range(n)])]
-        results = on_ranks(_exchange_harness, fn, n, cases)
+        (_, ring), (_, pairs) = each_case(_exchange_harness, fn, n, cases)
         ring_case = f"world_size={n}, a ring all-gather of pieces of {sizes} elements"
         pairs_case = f"world_size={n}, an all-to-all (in round k, rank r sends to rank r + k)"
-        entries = [r[0] if r else ("broken", "stopped early") for r in results]
+        entries = ring
         _first_failure(ring_case, entries)
         to_right, from_left = _ring_peers(n)
         _check_messages(ring_case, entries, to_right, from_left, 4 * max(sizes))
         whole = torch.cat(pieces)
         for rank, (_, got) in enumerate(entries):
             check_tensor(got["out"], whole, ring_case, rank, expected_is="every piece is")
-        entries = [r[1] if len(r) > 1 else ("broken", "stopped early") for r in results]
+        entries = pairs
         _first_failure(pairs_case, entries)
         _check_messages(pairs_case, entries, _others(n), _others(n), 8 * 3)
         for c, (_, got) in enumerate(entries):
@@ -546,19 +532,17 @@ def ring_reduce_scatter(fn, rng):
                  (int(rng.integers(3 * n, 60)), "sum", torch.float32)]
         cases = [([torch.from_numpy(rng.standard_normal(length)).to(dtype) for _ in range(n)],
                   op) for length, op, dtype in specs]
-        results = on_ranks(_rs_harness, fn, n, cases)
-        for index, (length, op, dtype) in enumerate(specs):
+        for (length, op, dtype), (inputs, entries) in zip(
+                specs, each_case(_rs_harness, fn, n, cases), strict=True):
             short = " (shorter than world_size)" if length < n else ""
             case = (f"world_size={n}, length={length}{short}, op={op!r}, "
                     f"dtype={str(dtype).replace('torch.', '')}")
-            entries = [r[index] if index < len(r) else ("broken", "stopped early")
-                       for r in results]
             _first_failure(case, entries)
-            itemsize = cases[index][0][0].element_size()
+            itemsize = inputs[0][0].element_size()
             to_right, from_left = _ring_peers(n)
             _check_messages(case, entries, to_right, from_left, -(-length // n) * itemsize,
                             total=(n - 1) * length * itemsize)
-            expected = _exact_all_reduce(*cases[index]).tensor_split(n)
+            expected = _exact_all_reduce(*inputs).tensor_split(n)
             for rank, (_, got) in enumerate(entries):
                 check_tensor(got["out"], expected[rank], case, rank,
                              expected_is=f"chunk {rank} of the reduced tensor is")
@@ -579,11 +563,8 @@ def tree_broadcast(fn, rng):
     for n in (1, 2, 3, 5, 8):
         cases = [torch.from_numpy(rng.standard_normal(int(rng.integers(1, 5))))
                  for _ in range(2)]
-        results = on_ranks(_tree_harness, fn, n, cases)
-        for index, data in enumerate(cases):
+        for data, entries in each_case(_tree_harness, fn, n, cases):
             case = f"world_size={n}, {data.numel()} elements"
-            entries = [r[index] if index < len(r) else ("broken", "stopped early")
-                       for r in results]
             _first_failure(case, entries)
             _check_messages(case, entries, functools.partial(_tree_children, n=n),
                             lambda r: [] if r == 0 else [None], data.numel() * 8)
@@ -607,11 +588,8 @@ def alltoall(fn, rng):
     fn = with_trusted(fn, exchange=_trusted_exchange)
     for n in (1, 2, 3, 5):
         cases = [_blocks(rng, n, dtype) for dtype in (torch.float32, torch.float64)]
-        results = on_ranks(_alltoall_harness, fn, n, cases)
-        for index, (blocks, _) in enumerate(cases):
-            case = f"world_size={n}, {cases[index][0][0][0].dtype}".replace("torch.", "")
-            entries = [r[index] if index < len(r) else ("broken", "stopped early")
-                       for r in results]
+        for (blocks, _), entries in each_case(_alltoall_harness, fn, n, cases):
+            case = f"world_size={n}, {blocks[0][0].dtype}".replace("torch.", "")
             _first_failure(case, entries)
             _check_messages(case, entries, _others(n), _others(n), 8 * 3)
             for c, (_, got) in enumerate(entries):

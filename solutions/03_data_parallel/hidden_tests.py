@@ -27,6 +27,7 @@ from autograder.exercises.checks import (
     calls_of,
     check_close,
     describe,
+    each_case,
     first_rank_failure,
     fmt,
     on_ranks,
@@ -444,12 +445,6 @@ def _ddp_train_harness(rank, n, fn, cases):
     return _cases_harness(rank, n, fn, _ddp_train_case, cases)
 
 
-def _entries(results: list, index: int, m: int) -> list:
-    """Case `index`'s entry of each of its m ranks."""
-    return [r[index] if index < len(r) and r[index] is not None else ("broken", "stopped early")
-            for r in results[:m]]
-
-
 def _check_params(got: list, want: list, where: str, rank: int, names: list,
                   rtol: float = RTOL, atol: float = ATOL) -> None:
     if not isinstance(got, list) or len(got) != len(want):
@@ -482,11 +477,10 @@ def sync_sgd_step(fn, rng):
         spec = _spec(rng, frozen=False)
         cases.append({"world_size": m, "spec": spec, "lr": float(rng.uniform(0.1, 0.5)),
                       "batches": _uneven_batches(rng, spec, m, 3)})
-    results = on_ranks(_sync_harness, fn, RANKS, cases)
-    for index, case in enumerate(cases):
+    for case, entries in each_case(_sync_harness, fn, RANKS, cases):
         m, spec = case["world_size"], case["spec"]
         where = f"world_size={m}, lr={case['lr']:.3g}"
-        entries = _entries(results, index, m)
+        entries = entries[:m]  # the ranks in the case
         first_rank_failure(where, entries)
         oracle = _single_process(spec, case["batches"], "SGD", case["lr"])
         grad_bytes = sum(8 * p.numel() for p in _net(spec, 0).parameters())
@@ -530,11 +524,10 @@ def broadcast_parameters(fn, rng):
 
     require_filled(fn)
     cases = [{"world_size": m, "spec": _spec(rng)} for m in _world_sizes(rng)]
-    results = on_ranks(_broadcast_harness, fn, RANKS, cases)
-    for index, case in enumerate(cases):
+    for case, entries in each_case(_broadcast_harness, fn, RANKS, cases):
         m, spec = case["world_size"], case["spec"]
         where = f"world_size={m}, every rank's model built from its own seed"
-        entries = _entries(results, index, m)
+        entries = entries[:m]  # the ranks in the case
         first_rank_failure(where, entries)
         model = _net(spec, spec["seed"])
         names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
@@ -604,13 +597,12 @@ def ddp_train(fn, rng):
                       "batch_size": int(rng.integers(2, 4)), "lr": float(rng.uniform(0.2, 0.5)),
                       "x": torch.from_numpy(rng.standard_normal((size, spec["sizes"][0]))),
                       "y": torch.from_numpy(rng.integers(0, spec["sizes"][-1], size))})
-    results = on_ranks(_ddp_train_harness, fn, RANKS, cases)
-    for index, case in enumerate(cases):
+    for case, entries in each_case(_ddp_train_harness, fn, RANKS, cases):
         m, size = case["world_size"], len(case["y"])
         uneven = f" (not a multiple of {m})" if size % m else ""
         where = (f"world_size={m}, {size} samples{uneven}, batch_size={case['batch_size']}, "
                  f"epochs={case['epochs']}")
-        entries = _entries(results, index, m)
+        entries = entries[:m]  # the ranks in the case
         first_rank_failure(where, entries)
         names = _param_names(case["spec"])
         padded = _ddp_oracle(case, m)
@@ -714,13 +706,12 @@ def _check_wrapper(cls, rng, buckets: bool) -> None:
 
     require_filled(cls)
     cases = _wrapper_cases(rng, buckets)
-    results = on_ranks(_wrapper_harness, cls, RANKS, cases)
-    for index, case in enumerate(cases):
+    for case, entries in each_case(_wrapper_harness, cls, RANKS, cases):
         m, spec = case["world_size"], case["spec"]
         where = f"world_size={m}, {case['optimizer']}"
         if buckets:
             where += f", bucket_size_mb={case['bucket_mb']:.3g}"
-        entries = _entries(results, index, m)
+        entries = entries[:m]  # the ranks in the case
         first_rank_failure(where, entries)
         oracle = _single_process(spec, case["batches"], case["optimizer"], case["lr"])
         numels = _trainable_numels(spec)
@@ -836,13 +827,13 @@ def accumulated_step(fn, rng):
     for case in cases:  # what goes to the ranks: the micro-batches only
         whole = case.pop("whole")
         case["oracle"] = _single_process(case["spec"], whole, case["optimizer"], case["lr"])
-    results = on_ranks(_accumulate_harness, fn, RANKS,
-                       [{k: v for k, v in c.items() if k != "oracle"} for c in cases])
-    for index, case in enumerate(cases):
+    shipped = [{k: v for k, v in c.items() if k != "oracle"} for c in cases]
+    for case, (_, entries) in zip(cases, each_case(_accumulate_harness, fn, RANKS, shipped),
+                                  strict=True):
         m, k = case["world_size"], case["k"]
         sizes = "" if k == 1 else " of unequal sizes"
         where = f"world_size={m}, {k} micro-batches{sizes} per step, {case['optimizer']}"
-        entries = _entries(results, index, m)
+        entries = entries[:m]  # the ranks in the case
         first_rank_failure(where, entries)
         for step, want in enumerate(case["oracle"]):
             here = f"{where}, step {step + 1}"

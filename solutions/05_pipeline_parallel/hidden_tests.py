@@ -19,11 +19,11 @@ from autograder.exercises import exercise
 from autograder.exercises.checks import (
     check_close,
     check_tensor,
+    each_case,
     first_rank_failure,
-    on_ranks,
-    rank_failure,
+    rank_values,
     recording,
-    short_group,
+    run_cases,
     with_trusted,
 )
 
@@ -369,29 +369,20 @@ def _messages(rank: int, world_size: int, actions: list) -> list:
 
 def _stage_harness(rank, world_size, fn, cases):
     """Each case (name, order, M, seed): the learner's run_stage on this rank's stage. Returns
-    per case ("ok", (its return value, the stage's gradients)) or (kind, text); stops at the
-    first failure (see collectives._p2p_harness)."""
-    results = []
-    with short_group(rank, world_size):
-        try:
-            for _, order, M, seed in cases:
-                stage = _stage_model(seed, world_size)[rank]
-                x, y = _stage_batch(seed, M)
-                inputs = list(x.split(ROWS)) if rank == 0 else None
-                targets = list(y.split(ROWS)) if rank == world_size - 1 else None
-                try:
-                    out, measured = _measured(stage, fn, rank, world_size,
-                                              [tuple(a) for a in order[rank]], inputs, targets,
-                                              (ROWS, WIDTH))
-                except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                    results.append(rank_failure(err, "raised"))
-                    break
-                grads = [None if p.grad is None else p.grad.detach().clone()
-                         for p in stage.parameters()]
-                results.append(("ok", (out, grads, measured)))
-        except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
-            results.append(rank_failure(err, "broken"))
-    return results
+    per case (its return value, the stage's gradients, what it sent) through the case loop
+    (checks.run_cases)."""
+    def one_case(case):
+        _, order, M, seed = case
+        stage = _stage_model(seed, world_size)[rank]
+        x, y = _stage_batch(seed, M)
+        inputs = list(x.split(ROWS)) if rank == 0 else None
+        targets = list(y.split(ROWS)) if rank == world_size - 1 else None
+        out, measured = _measured(stage, fn, rank, world_size, [tuple(a) for a in order[rank]],
+                                  inputs, targets, (ROWS, WIDTH))
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in stage.parameters()]
+        return out, grads, measured
+
+    return run_cases(rank, world_size, cases, one_case)
 
 
 def _two_flushes(S: int, M: int) -> list:
@@ -418,15 +409,14 @@ def _check_messages(where: str, rank: int, S: int, order: list, measured: dict) 
                              f"{len(want_calls)})")
 
 
-def _stage_verdict(S: int, cases: list, results: list) -> None:
+def _stage_verdict(S: int, cases) -> None:
     import torch
     import torch.nn.functional as F
 
     from distlab.pipeline_parallel import peak_in_flight
 
-    for index, (name, order, M, seed) in enumerate(cases):
+    for (name, order, M, seed), entries in cases:
         where = f"world_size={S}, {name} order, M={M}"
-        entries = [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
         for rank, entry in enumerate(entries):  # the ranks that finished first: a wrong message
             if entry[0] == "ok":  # there names the mistake, where a peer left waiting only broke
                 _check_messages(where, rank, S, order, entry[1][2])
@@ -482,7 +472,7 @@ def run_stage(fn, rng):
                            ("two-flush", _two_flushes)):
             M = int(rng.integers(3 if name == "two-flush" else 1, 7))
             cases.append((name, make(S, M), M, int(rng.integers(0, 1000))))
-        _stage_verdict(S, cases, on_ranks(_stage_harness, fn, S, cases))
+        _stage_verdict(S, each_case(_stage_harness, fn, S, cases))
 
 
 # ---------------------------------------------------------------- real ranks: torch pipelining
@@ -516,29 +506,25 @@ def _pipelining_harness(rank, world_size, fn, cases):
     """Each case (schedule, M, seed): the learner's pipelining_step on this rank's stage of
     the model. Returns ("ok", (losses, gradients, what step was given)) or (kind, text) per
     case."""
-    results = []
     steps = []
     fn = _recording_steps(fn, steps)
-    with short_group(rank, world_size):
+
+    def one_case(case):
+        schedule, M, seed = case
+        part = _stage_model(seed, world_size)[rank]
+        x, y = _stage_batch(seed, M)
+        steps.clear()
         try:
-            for schedule, M, seed in cases:
-                part = _stage_model(seed, world_size)[rank]
-                x, y = _stage_batch(seed, M)
-                steps.clear()
-                try:
-                    out = fn(rank, world_size, part, schedule, x, y, M)
-                except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                    kind, text = rank_failure(err, "raised")
-                    if not str(err):  # torch's pipelining asserts without a message
-                        text += "(a check inside torch.distributed.pipelining failed)"
-                    results.append((kind, text))
-                    break
-                grads = [None if p.grad is None else p.grad.detach().clone()
-                         for p in part.parameters()]
-                results.append(("ok", (out, grads, list(steps))))
-        except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
-            results.append(rank_failure(err, "broken"))
-    return results
+            out = fn(rank, world_size, part, schedule, x, y, M)
+        except Exception as err:
+            if str(err):
+                raise
+            # torch's pipelining asserts without a message
+            raise type(err)("(a check inside torch.distributed.pipelining failed)") from err
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in part.parameters()]
+        return out, grads, list(steps)
+
+    return run_cases(rank, world_size, cases, one_case)
 
 
 def _check_step_inputs(steps, rank: int, S: int, where: str):
@@ -567,11 +553,8 @@ def pipelining_step(fn, rng):
     for S in (2, 3):
         cases = [(schedule, S + int(rng.integers(0, 3)), int(rng.integers(0, 1000)))
                  for schedule in ("GPipe", "1F1B")]
-        results = on_ranks(_pipelining_harness, fn, S, cases)
-        for index, (schedule, M, seed) in enumerate(cases):
+        for (schedule, M, seed), entries in each_case(_pipelining_harness, fn, S, cases):
             where = f"world_size={S}, {schedule}, M={M}"
-            entries = [r[index] if index < len(r) else ("broken", "stopped early")
-                       for r in results]
             first_rank_failure(where, entries)
             model = _stage_model(seed, S)
             x, y = _stage_batch(seed, M)
@@ -682,22 +665,17 @@ def _saved_harness(rank, world_size, fn, cases):
     """Each case (depth, width, batch, budget, seed): the learner's activation_bytes run
     with what autograd keeps counted from below: ("ok", (reported bytes, counted bytes, grads))
     or (kind, text), stopping at the first failure."""
-    results = []
-    for case in cases:
-        try:
-            out, counted = _counted_call(fn, *case)
-        except Exception as err:  # noqa: BLE001 - reported as the case's failure
-            results.append(rank_failure(err, "raised"))
-            break
+    def one_case(case):
+        out, counted = _counted_call(fn, *case)
         try:
             reported, grads, _ = out
         except (TypeError, ValueError):
-            results.append(("wrong", f"expected (saved, grads, seconds), got {out!r:.80}"))
-            break
+            raise ValueError(f"expected (saved, grads, seconds), got {out!r:.80}") from None
         if isinstance(grads, list | tuple):
             grads = [None if g is None else g.detach().clone() for g in grads]
-        results.append(("ok", (reported, counted, grads)))
-    return results
+        return reported, counted, grads
+
+    return run_cases(rank, world_size, cases, one_case)
 
 
 @exercise
@@ -716,17 +694,11 @@ def activation_bytes(fn, rng):
         budgets = [totals[plain], totals[plain] + int(rng.integers(1, 8)) * unit,
                    totals[plain] + 7 * unit + unit // 2, totals[0] - unit, float("inf")]
         cases += [(depth, width, batch, budget, seed) for budget in budgets]
-    results = on_ranks(_saved_harness, fn, 1, cases)[0]
-    for index, (depth, width, batch, budget, seed) in enumerate(cases):
+    for (depth, width, batch, budget, seed), entries in each_case(_saved_harness, fn, 1, cases):
         unit = batch * width * 4
         shown = "unlimited" if budget == float("inf") else f"{budget / unit:g} units"
         where = f"depth={depth}, width={width}, batch={batch}, budget={shown}"
-        if index >= len(results):
-            break
-        kind, value = results[index]
-        if kind != "ok":
-            raise AssertionError(f"{where}: {value}")
-        reported, counted, grads = value
+        ((reported, counted, grads),) = rank_values(where, entries)
         (want, want_grads), totals = _fewest(depth, width, batch, budget, seed)
         if counted > max(budget, totals[0]):
             raise AssertionError(

@@ -19,12 +19,11 @@ from autograder.exercises import exercise
 from autograder.exercises.checks import (
     calls_of,
     check_tensor,
+    each_case,
     first_rank_failure,
     live_tensor_bytes,
-    on_ranks,
-    rank_failure,
     recording,
-    short_group,
+    run_cases,
     with_trusted,
 )
 
@@ -133,22 +132,16 @@ def merge_block(fn, rng):
 
 
 def _ring_pass_harness(rank, world_size, cls, cases):
-    results = []
-    with short_group(rank, world_size):
-        for case in cases:
-            try:
-                x = case["x"][rank].clone().requires_grad_()
-                with recording(flops=False, saved=False) as fwd:
-                    y = cls.apply(x)
-                with recording(flops=False, saved=False) as bwd:
-                    y.backward(case["grad"][rank].clone())
-                results.append(("ok", {"y": y.detach().clone(), "grad": None if x.grad is None
-                                       else x.grad.clone(), "bwd": bwd.summary(),
-                                       "fwd": fwd.summary()}))
-            except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                results.append(rank_failure(err))
-                break
-    return results
+    def one_case(case):
+        x = case["x"][rank].clone().requires_grad_()
+        with recording(flops=False, saved=False) as fwd:
+            y = cls.apply(x)
+        with recording(flops=False, saved=False) as bwd:
+            y.backward(case["grad"][rank].clone())
+        return {"y": y.detach().clone(), "grad": None if x.grad is None else x.grad.clone(),
+                "bwd": bwd.summary(), "fwd": fwd.summary()}
+
+    return run_cases(rank, world_size, cases, one_case)
 
 
 @exercise
@@ -164,11 +157,9 @@ def RingPass(cls, rng):  # noqa: N802 - the exercise is named after the learner'
         cases = [{"x": [torch.from_numpy(rng.standard_normal(shape)) for _ in range(n)],
                   "grad": [torch.from_numpy(rng.standard_normal(shape)) for _ in range(n)]}
                  for shape in shapes]
-        results = on_ranks(_ring_pass_harness, cls, n, cases)
-        for index, (shape, case) in enumerate(zip(shapes, cases, strict=True)):
+        for shape, (case, entries) in zip(shapes, each_case(_ring_pass_harness, cls, n, cases),
+                                          strict=True):
             where = f"world_size={n}, x of shape {shape}"
-            entries = [r[index] if index < len(r) else ("broken", "stopped early")
-                       for r in results]
             first_rank_failure(where, entries)
             size = math.prod(shape) * 8
             for rank, (_, got) in enumerate(entries):
@@ -216,29 +207,24 @@ def _ring_harness(rank, world_size, fn, cases):
                 self.peak = max(self.peak, live_tensor_bytes() - self.baseline)
             return func(*args, **(kwargs or {}))
 
-    results = []
-    with short_group(rank, world_size):
-        for case in cases:
-            try:
-                chunks, length = case["chunks"], case["length"]
-                q, k, v = (_rows_of(t, chunks[rank], length) for t in case["qkv"])
-                baseline = live_tensor_bytes()
-                with torch.no_grad(), recording(flops=False, saved=False) as plain, \
-                        Holding(baseline) as held:
-                    fn(q, k, v, chunks, case["causal"])
-                q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-                with recording(saved=False) as fwd:
-                    out = fn(q, k, v, chunks, case["causal"])
-                with recording(saved=False) as bwd:
-                    out.backward(_rows_of(case["grad"], chunks[rank], length))
-                grads = [None if t.grad is None else t.grad.clone() for t in (q, k, v)]
-                results.append(("ok", {"out": out.detach().clone(), "grads": grads,
-                                       "plain": plain.summary(), "held": held.peak,
-                                       "fwd": fwd.summary(), "bwd": bwd.summary()}))
-            except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                results.append(rank_failure(err))
-                break
-    return results
+    def one_case(case):
+        chunks, length = case["chunks"], case["length"]
+        q, k, v = (_rows_of(t, chunks[rank], length) for t in case["qkv"])
+        baseline = live_tensor_bytes()
+        with torch.no_grad(), recording(flops=False, saved=False) as plain, \
+                Holding(baseline) as held:
+            fn(q, k, v, chunks, case["causal"])
+        q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+        with recording(saved=False) as fwd:
+            out = fn(q, k, v, chunks, case["causal"])
+        with recording(saved=False) as bwd:
+            out.backward(_rows_of(case["grad"], chunks[rank], length))
+        grads = [None if t.grad is None else t.grad.clone() for t in (q, k, v)]
+        return {"out": out.detach().clone(), "grads": grads,
+                "plain": plain.summary(), "held": held.peak,
+                "fwd": fwd.summary(), "bwd": bwd.summary()}
+
+    return run_cases(rank, world_size, cases, one_case)
 
 
 def _zigzag(n):
@@ -300,15 +286,12 @@ def ring_attention(fn, rng):
             grad = torch.from_numpy(rng.standard_normal((batch, heads, seq, d)))
             cases.append({"chunks": chunks, "length": length, "causal": causal, "qkv": qkv,
                           "grad": grad, "dims": (batch, heads, length, d)})
-        results = on_ranks(_ring_harness, fn, n, cases)
-        for index, case in enumerate(cases):
+        for case, entries in each_case(_ring_harness, fn, n, cases):
             batch, heads, length, d = case["dims"]
             chunks, causal = case["chunks"], case["causal"]
             layout = "zig-zag" if len(chunks[0]) == 2 else "contiguous"
             where = (f"world_size={n}, causal={causal}, {layout} chunks {chunks} of {length} "
                      f"position(s), batch {batch}, {heads} head(s) of {d}")
-            entries = [r[index] if index < len(r) else ("broken", "stopped early")
-                       for r in results]
             first_rank_failure(where, entries)
             q, k, v = (t.clone().requires_grad_() for t in case["qkv"])
             want = _trusted_attention(q, k, v, causal)
@@ -382,24 +365,19 @@ def zigzag_chunks(fn, rng):
 
 
 def _ulysses_harness(rank, world_size, fn, cases):
-    results = []
-    with short_group(rank, world_size):
-        for case in cases:
-            try:
-                length = case["length"]
-                q, k, v = (t[..., rank * length:(rank + 1) * length, :].clone()
-                           .requires_grad_() for t in case["qkv"])
-                with recording(saved=False) as fwd:
-                    out = fn(q, k, v, case["causal"])
-                with recording(saved=False) as bwd:
-                    out.backward(case["grad"][..., rank * length:(rank + 1) * length, :])
-                grads = [None if t.grad is None else t.grad.clone() for t in (q, k, v)]
-                results.append(("ok", {"out": out.detach().clone(), "grads": grads,
-                                       "fwd": fwd.summary(), "bwd": bwd.summary()}))
-            except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                results.append(rank_failure(err))
-                break
-    return results
+    def one_case(case):
+        length = case["length"]
+        q, k, v = (t[..., rank * length:(rank + 1) * length, :].clone()
+                   .requires_grad_() for t in case["qkv"])
+        with recording(saved=False) as fwd:
+            out = fn(q, k, v, case["causal"])
+        with recording(saved=False) as bwd:
+            out.backward(case["grad"][..., rank * length:(rank + 1) * length, :])
+        grads = [None if t.grad is None else t.grad.clone() for t in (q, k, v)]
+        return {"out": out.detach().clone(), "grads": grads,
+                "fwd": fwd.summary(), "bwd": bwd.summary()}
+
+    return run_cases(rank, world_size, cases, one_case)
 
 
 @exercise
@@ -421,13 +399,10 @@ def ulysses_attention(fn, rng):
             grad = torch.from_numpy(rng.standard_normal((batch, heads, n * length, d)))
             cases.append({"qkv": qkv, "grad": grad, "causal": causal, "length": length,
                           "dims": (batch, heads, length, d)})
-        results = on_ranks(_ulysses_harness, fn, n, cases)
-        for index, case in enumerate(cases):
+        for case, entries in each_case(_ulysses_harness, fn, n, cases):
             batch, heads, length, d = case["dims"]
             where = (f"world_size={n}, causal={case['causal']}, batch {batch}, {heads} heads "
                      f"of {d}, {length} position(s) per rank")
-            entries = [r[index] if index < len(r) else ("broken", "stopped early")
-                       for r in results]
             first_rank_failure(where, entries)
             q, k, v = (t.clone().requires_grad_() for t in case["qkv"])
             counter = FlopCounterMode(display=False)

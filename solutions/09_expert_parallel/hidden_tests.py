@@ -20,11 +20,11 @@ import collections
 from autograder.exercises import exercise
 from autograder.exercises.checks import (
     check_tensor,
+    each_case,
     first_rank_failure,
-    on_ranks,
-    rank_failure,
+    rank_values,
     recording,
-    short_group,
+    run_cases,
     with_trusted,
 )
 
@@ -129,21 +129,18 @@ def _oracle_balance(logits, experts):
 
 def _balance_harness(rank, world_size, fn, cases):
     """The learner's loss on each case, and its gradient, computed where the function runs
-    (a tensor's graph does not travel): ("ok", (loss, has a graph, gradient)) or (kind, text)."""
-    results = []
-    for logits, experts in cases:
-        try:
-            mine = logits.clone().requires_grad_()
-            got = fn(mine, experts.clone())
-            graph = getattr(got, "requires_grad", False)
-            if graph and getattr(got, "numel", lambda: 0)() == 1:
-                got.reshape(()).backward()
-            value = got.detach().clone() if hasattr(got, "detach") else got
-            results.append(("ok", (value, graph, mine.grad)))
-        except Exception as err:  # noqa: BLE001 - reported as the case's failure
-            results.append(("raised", f"{type(err).__name__}: {err}".splitlines()[0]))
-            break
-    return results
+    (a tensor's graph does not travel): (loss, has a graph, gradient)."""
+    def one_case(case):
+        logits, experts = case
+        mine = logits.clone().requires_grad_()
+        got = fn(mine, experts.clone())
+        graph = getattr(got, "requires_grad", False)
+        if graph and getattr(got, "numel", lambda: 0)() == 1:
+            got.reshape(()).backward()
+        value = got.detach().clone() if hasattr(got, "detach") else got
+        return value, graph, mine.grad
+
+    return run_cases(rank, world_size, cases, one_case)
 
 
 @exercise
@@ -159,15 +156,10 @@ def balance_loss(fn, rng):
         k = 1 if E == 1 or case % 2 else 2
         specs.append((T, E, k))
         cases.append((_logits(rng, T, E), torch.from_numpy(rng.integers(0, E, size=(T, k)))))
-    (results,) = on_ranks(_balance_harness, fn, 1, cases)
-    for index, ((T, E, k), (logits, experts)) in enumerate(zip(specs, cases, strict=True)):
+    for (T, E, k), ((logits, experts), entries) in zip(
+            specs, each_case(_balance_harness, fn, 1, cases), strict=True):
         where = f"balance_loss on {T} tokens, {E} experts, k={k}"
-        if index >= len(results):
-            break
-        kind, value = results[index]
-        if kind != "ok":
-            raise AssertionError(f"{where}: {value}")
-        got, graph, grad = value
+        ((got, graph, grad),) = rank_values(where, entries)
         if not isinstance(got, torch.Tensor) or got.numel() != 1:
             raise AssertionError(f"{where}: returned {type(got).__name__}, not a scalar tensor")
         ref = logits.clone().requires_grad_()
@@ -231,15 +223,7 @@ def _run_experts(rows, which, w1, w2):
 def _harness(rank, world_size, fn, run, cases):
     """Each case through run in a short-timeout group: ("ok", value) or (kind, text),
     stopping at the first failure. Nothing is judged here."""
-    results = []
-    with short_group(rank, world_size):
-        for case in cases:
-            try:
-                results.append(("ok", run(fn, rank, world_size, case)))
-            except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                results.append(rank_failure(err, "raised"))
-                break
-    return results
+    return run_cases(rank, world_size, cases, lambda case: run(fn, rank, world_size, case))
 
 
 def _checked_splits(tag):
@@ -314,10 +298,6 @@ def _run_sync(fn, rank, world_size, case):
 
 def _sync_harness(rank, world_size, fn, cases):
     return _harness(rank, world_size, fn, _run_sync, cases)
-
-
-def _entries(results, index):
-    return [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
 
 
 # ---------------------------------------------------------------- ep_moe
@@ -458,13 +438,11 @@ def ep_moe(fn, rng):
     for n, specs in plans.items():
         cases = [_moe_case(rng, n, local, k, T, factor, int(rng.integers(10_000)))
                  for local, k, T, factor in specs]
-        results = on_ranks(_moe_harness, fn, n, cases)
-        for index, case in enumerate(cases):
+        for case, entries in each_case(_moe_harness, fn, n, cases):
             E = n * case["local"]
             T = case["xs"].shape[1]
             where = (f"world_size={n}, {E} experts ({case['local']} a rank), k={case['k']}, "
                      f"{T} tokens a rank, capacity {case['cap']}")
-            entries = _entries(results, index)
             try:
                 first_rank_failure(where, entries)
             except AssertionError as err:
@@ -525,10 +503,8 @@ def sync_ep_dp_grads(fn, rng):
     require_filled(fn)
     for n, eps in {2: [1, 2], 4: [2, 4, 1]}.items():
         cases = [_sync_case(rng, n, ep, int(rng.integers(10_000))) for ep in eps]
-        results = on_ranks(_sync_harness, fn, n, cases)
-        for index, (ep, case) in enumerate(zip(eps, cases, strict=True)):
+        for ep, (case, entries) in zip(eps, each_case(_sync_harness, fn, n, cases), strict=True):
             where = f"world_size={n}, EP {ep} x DP {n // ep}, {case['local']} expert(s) a rank"
-            entries = _entries(results, index)
             first_rank_failure(where, entries)
             local = case["local"]
             for rank, (_, got) in enumerate(entries):
