@@ -367,6 +367,45 @@ def test_any_judge_that_keeps_to_the_interface_checks_drills():
     assert wrong.status == check.WRONG and "returns the wrong number" in wrong.why
 
 
+def test_a_warm_up_that_fails_is_quiet_and_the_check_starts_again(monkeypatch):
+    """A runner that dies while warming up in the background (a loaded machine, a killed
+    sandbox) prints no thread traceback into the learner's drill: the check that follows starts
+    the runner again and passes or says what went wrong."""
+    import threading
+
+    starts, raised = [], []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+
+    class Runner:
+        def start(self):
+            starts.append(1)
+            if len(starts) == 1:
+                raise RuntimeError("the code under test stopped the process running it")
+
+        def test(self, name, candidate, seconds):
+            self.start()
+            namespace = {}
+            exec(candidate, namespace)
+            assert namespace[name]() == 3, "returns the wrong number"
+
+        def close(self):
+            pass
+
+    class ThreeJudge:
+        def load_test(self, name):
+            pass
+
+        def runner(self, cells, call_seconds):
+            return Runner()
+
+    snippet = snippets.Snippet("three", "00_toy", "def three():\n    return 1 + 2\n", (), "toy")
+    position = next(p for p in positions.candidates(snippet.source) if p.text == "1 + 2")
+    checker = Checker(ThreeJudge())
+    checker.warm(snippet).join(10)
+    assert raised == [] and len(starts) == 1
+    assert checker.check(snippet, [position], ["2 + 1"])[0].right
+
+
 def test_unknown_snippets_and_too_many_blanks_are_refused():
     with pytest.raises(drills.DrillError, match="unknown snippet 'nope'; the snippets are: "):
         drills.draw("nope", 3, 0)

@@ -111,12 +111,15 @@ class Checker:
 
         def start():
             with self._lock:
-                self.judge.load_test(snippet.name)
-                self._runner(snippet).start()
-                if snippet.name not in self._took:
-                    begun = time.monotonic()
-                    if self._failure(snippet, snippet.source, limit=None) is None:
-                        self._took[snippet.name] = time.monotonic() - begun
+                try:
+                    self.judge.load_test(snippet.name)
+                    self._runner(snippet).start()
+                    if snippet.name not in self._took:
+                        begun = time.monotonic()
+                        if self._failure(snippet, snippet.source, limit=None) is None:
+                            self._took[snippet.name] = time.monotonic() - begun
+                except Exception:  # noqa: BLE001 - the learner's check starts it again and says
+                    pass  # what went wrong; a traceback from a background thread says nothing
 
         thread = threading.Thread(target=start, daemon=True, name="drill warm-up")
         thread.start()
