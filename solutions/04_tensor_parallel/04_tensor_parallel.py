@@ -93,9 +93,8 @@ for size in (6, 7):
 # # on 2 ranks out == [[0., 0., 0.], [1., 1., 1.]]
 # ```
 #
-# (`all_gather_single` and `reduce_scatter_single` are the names in torch 2.13, which this
-# course pins; older releases call them `dist.all_gather_into_tensor` and
-# `dist.reduce_scatter_tensor`, names that 2.13 keeps but marks deprecated.)
+# (`all_gather_single` is the name in torch 2.13, which this course pins; older releases call
+# it `dist.all_gather_into_tensor`, a name that 2.13 keeps but marks deprecated.)
 #
 # `F.linear(x, w, b)` is `x @ w.T + b`, as `nn.Linear` computes it (`b` may be left out).
 #
@@ -352,14 +351,17 @@ for rank, (y, grad, said) in enumerate(run(autograd_through_all_reduce, world_si
 
 # %% [markdown]
 # On torch 2.13 autograd printed 1 and 2 where the loss's gradient is 3. `dist.all_reduce`,
-# which writes its result into the tensor it is given, has no gradient formula: autograd goes
-# through it as if it were not there, and says so in a `UserWarning`. So each rank's x gets
-# the gradient of its own term alone, $a_r$, while the loss depends on x through every rank's
-# term. Python's default filter prints a warning once per place it is
-# raised from, on the rank's stderr; distlab sends the ranks' stderr to a log file (you see it
-# above only because the demo records it), and a training script's many ranks often bury it.
-# An all-gather into a list is worse in another way: its output does not require grad at all,
-# so the graph is cut silently. The gradients are wrong, and nothing fails.
+# which writes its result into the tensor it is given, has no gradient formula: autograd passes
+# the gradient through it unchanged, and says so in a `UserWarning`. Each rank's graph holds
+# only its own term, so its x gets $a_r$, while the loss depends on x through every rank's
+# term. The warning goes to the rank's stderr, and only once: Python's default filter prints a
+# warning once per line of code that raises it, and torch raises this one from a line of its
+# own (in `torch/autograd/graph.py`), whichever line calls `backward()`, so a rank process
+# prints it at its first backward through an all-reduce and never again. distlab sends the
+# ranks' stderr to a log file (you see it above only because the demo records it), and a
+# training script's many ranks often bury it. An all-gather into a list is worse in another
+# way: its outputs do not require grad at all, so the graph is cut silently. The gradients of
+# x are wrong, and nothing fails.
 #
 # Megatron-LM therefore puts every collective inside a `torch.autograd.Function`, which states
 # its backward explicitly. Such a Function has two static methods: `forward(ctx, inputs...)`
@@ -395,12 +397,11 @@ print("Scale: x.grad =", x.grad.tolist())
 # Megatron needs two such operators, for the two places where a tensor-parallel region meets
 # the rest of the model (a region is one or more split layers):
 #
-# * **f**, where a region **begins**: its input $x$ is whole and the same on every rank, and
-#   every rank's split layers read all of it. Its forward passes $x$ on unchanged.
-# * **g**, where a region **ends**: each rank holds a tensor shaped like the region's output,
-#   what its own split layers computed, and every rank's layers after it (the same on every
-#   rank, with the same loss) need the region's output itself, whole. Its forward sums the
-#   ranks' tensors: `all_reduce_sum`.
+# * **f**, where a region **begins**: its input $x$ is whole and the same on every rank. Its
+#   forward passes $x$ on unchanged.
+# * **g**, where a region **ends**: rank $r$ holds a tensor $z_r$, and g's forward returns
+#   $\sum_r z_r$ on every rank: `all_reduce_sum`. Every rank's layers after it are the same on
+#   every rank, with the same loss.
 #
 # **At the end** of each backward the gradient it returns must be the gradient of the training
 # loss (computed once, by the same code on every rank) with respect to its input, on every
@@ -444,7 +445,7 @@ def megatron_f_g():
 # weight $a_r$, and its region computes $g(a_r \odot f(x))$; then every rank computes the same
 # loss from g's output. It compares $\partial L/\partial x$ and each $\partial L/\partial a_r$
 # on every rank with autograd on one process, running the whole computation there
-# (`region_gradients` from `distlab.tensor_parallel`).
+# (`region_gradients` from `distlab.tensor_parallel`), and gives one verdict for both.
 
 # %%
 require_filled(megatron_f_g)  # names any blank still empty
@@ -463,11 +464,9 @@ x, c = torch.randn(4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
 weights = torch.randn(2, 4, dtype=torch.float64)
 want_x, want_a = region_gradients(x, weights, c)  # autograd on one process
 for rank, (grad_x, grad_a) in enumerate(run(try_f_g, x, weights, c, world_size=2)):
-    right = [torch.allclose(grad_x, want_x), torch.allclose(grad_a, want_a[rank])]
-    print(f"rank {rank}: dL/dx {'right' if right[0] else 'WRONG'}, "
-          f"dL/da_r {'right' if right[1] else 'WRONG'}")
-    assert right[0], f"rank {rank}: dL/dx, through f, is not the loss's gradient"
-    assert right[1], f"rank {rank}: dL/da_r, through g, is not the loss's gradient"
+    right = torch.allclose(grad_x, want_x) and torch.allclose(grad_a, want_a[rank])
+    print(f"rank {rank}: dL/dx and dL/da_r {'right' if right else 'WRONG'}")
+    assert right, f"rank {rank}: the gradients are not the loss's"
 print("✓ f and g give the gradients of the loss")
 reveal("megatron_f_g")
 
@@ -494,7 +493,14 @@ grade(megatron_f_g)
 # training minimises their sum, the gradient of a summed tensor is the sum of the ranks'
 # gradients, an all-reduce: PyTorch's `torch.distributed.nn.functional.all_reduce` follows that
 # convention (its backward all-reduces the gradient), and used as g under the one-loss
-# convention it would multiply the gradients by $N$.
+# convention it multiplies the gradients by $N$: in place of `dist.all_reduce` in the demo it
+# gives $\partial L/\partial x$ = 2 and 4, and 6 on both ranks with f, where the loss's is 3
+# (torch 2.13).
+#
+# **Where they stand in a layer.** f stands where a region begins: its input is whole on every
+# rank, and every rank's split layers read all of it. g stands where it ends: each rank holds a
+# tensor shaped like the region's output, what its own split layers computed, and the layers
+# after it need the output itself, whole.
 #
 # **The seed's backward, fixed.** In section 3's layer $x$ reached every output feature through
 # every rank's rows, so $\partial L/\partial x = \sum_r \bar y_r W_r$: each rank holds one term,
@@ -546,7 +552,8 @@ def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
 
 # %% [markdown]
 # Choose the cuts, and put f and g where your layout needs them; autograd does the rest. Both
-# ends are one choice, so they are one blank.
+# ends are one choice, so they are one blank. `region_out` is given: it adds the bias $b$,
+# whole, to what your `last(h, w)` returns, so write `last` without it.
 
 # %% solution="tp_region"
 def tp_region(rank, world_size, ops=None):
@@ -555,10 +562,15 @@ def tp_region(rank, world_size, ops=None):
 
     region_in(x, w, b): the region's first layer, F.linear(x, w, b), with x whole on every
     rank; returns what this rank computes of it. region_out(h, w, b): the region's last layer,
-    F.linear(h, w, b), on h as this rank holds it. w and b: the full parameters of the layer.
+    F.linear(h, w, b), on h as this rank holds it: last(h, w), then the bias. w and b: the
+    full parameters of the layer.
     """
     f, g = ops or megatron_f_g()
-    region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); region_out = lambda h, w, b: g.apply(F.linear(h, shard(w, rank, world_size, 1))) + b  # BLANK `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); region_out = lambda h, w, b: g.apply(F.linear(h, shard(w, rank, world_size, 1))) + b` region_in and region_out, the region's two ends (two functions: def or lambda) # ACCEPT `region_in = lambda x, w, b: f.apply(x) @ w.chunk(world_size)[rank].t() + b.chunk(world_size)[rank]; region_out = lambda h, w, b: b + g.apply(h @ w.chunk(world_size, dim=-1)[rank].t())` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, -1)); region_out = lambda h, w, b: g.apply(F.linear(h, shard(w, rank, world_size, 1))) + b` # REJECT `region_in = lambda x, w, b: F.linear(x, shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); region_out = lambda h, w, b: g.apply(F.linear(h, shard(w, rank, world_size, 1))) + b` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); region_out = lambda h, w, b: g.apply(F.linear(h, shard(w, rank, world_size, 1), b))` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); region_out = lambda h, w, b: F.linear(h, shard(w, rank, world_size, 1)) + b` `region_in = lambda x, w, b: F.linear(f.apply(x), w, b); region_out = lambda h, w, b: g.apply(F.linear(h, w) / world_size) + b`
+    region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: g.apply(F.linear(h, shard(w, rank, world_size, 1)))  # BLANK `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: g.apply(F.linear(h, shard(w, rank, world_size, 1)))` region_in, and last: the last layer without its bias (two functions: def or lambda) # ACCEPT `region_in = lambda x, w, b: f.apply(x) @ w.chunk(world_size)[rank].t() + b.chunk(world_size)[rank]; last = lambda h, w: g.apply(h @ w.chunk(world_size, dim=-1)[rank].t())` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, -1)); last = lambda h, w: g.apply(F.linear(h, shard(w, rank, world_size, 1)))` # REJECT `region_in = lambda x, w, b: F.linear(x, shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: g.apply(F.linear(h, shard(w, rank, world_size, 1)))` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: F.linear(h, shard(w, rank, world_size, 1))` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: f.apply(F.linear(h, shard(w, rank, world_size, 1)))` `region_in = lambda x, w, b: F.linear(f.apply(x), w, b); last = lambda h, w: g.apply(F.linear(h, w) / world_size)`
+
+    def region_out(h, w, b):
+        return last(h, w) + b
+
     return region_in, region_out
 
 
@@ -622,7 +634,9 @@ reveal("tp_region")
 # Seed 003 section 10's title asks for the AllReduce and ReduceScatter calls of the MLP: it
 # has none of the second kind (one all-reduce forward, one backward, as its own text says).
 # Issue 50, round 7: the ends are the learner's helpers, so that section 6's given attention
-# (which ends in region_out) shows neither the cut, nor g, nor where the bias goes.
+# (which ends in region_out) shows neither the cut, nor g, nor where the bias goes. Round 9:
+# region_out, which adds the bias after last(h, w), is given: where the bias goes is asked once,
+# in row_parallel_forward; here the blank is the cuts and where f and g stand.
 from autograder.grade_cell import grade
 grade(tp_region)
 ### END HIDDEN TESTS
@@ -768,9 +782,10 @@ grade(tp_attention)
 # `shard(wqkv, rank, N, 0)`
 # takes $\frac{3d}{N}$ consecutive rows, which on 2 ranks are all of $W_q$ and half of $W_k$ on
 # rank 0, and the output is wrong with no error. This is the fused-QKV pitfall of real
-# tensor-parallel code: Megatron-LM avoids it by storing the fused weight interleaved by head
-# (each head's $q$, $k$ and $v$ rows together), so that a plain cut of its rows gives each
-# rank its own heads' $q$, $k$ and $v$.
+# tensor-parallel code. Megatron-LM's own fused QKV weight is laid out per query group (per
+# head when there is no grouped-query attention: each head's $q$, $k$ and $v$ rows together;
+# with groups, a group's query heads' rows, then its $k$ and $v$ rows), which is why a plain
+# cut of its rows gives each rank its own heads there.
 
 # %% [markdown]
 # ## 7. What it costs, measured
@@ -969,7 +984,14 @@ print("✓ 2 collectives forward, 2 backward")
 # # 3 ranks; rank r holds u = [10 r]
 # out = torch.empty(3)
 # dist.all_gather_single(out, u)          # out == [0, 10, 20] on every rank
+#
+# # 2 ranks; rank r holds c = [1, 2, 3, 4] + 10 r
+# mine = torch.empty(2)
+# dist.reduce_scatter_single(mine, c)     # rank 0 gets [12, 14], rank 1 gets [16, 18]
 # ```
+#
+# (`reduce_scatter_single` is torch 2.13's name; older releases call it
+# `dist.reduce_scatter_tensor`, which 2.13 keeps but marks deprecated.)
 
 # %%
 def gather_rows(t):
@@ -990,7 +1012,7 @@ def rows_of_sum(t):
     if t.shape[0] % world_size != 0:
         raise ValueError(f"{t.shape[0]} positions cannot be split evenly over {world_size} "
                          "ranks")
-    received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = sum(received.chunk(world_size))  # BLANK `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = sum(received.chunk(world_size))` part, this rank's rows of the sum (a few statements) # ACCEPT `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = received.view(world_size, -1, *t.shape[1:]).sum(0)` # REJECT `whole = t.clone(); dist.all_reduce(whole); part = whole.chunk(world_size)[dist.get_rank()]` `part = t.chunk(world_size)[dist.get_rank()]` `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = received.chunk(world_size)[dist.get_rank()]`
+    part = t.new_empty((t.shape[0] // world_size, *t.shape[1:])); dist.reduce_scatter_single(part, t.contiguous())  # BLANK `part = t.new_empty((t.shape[0] // world_size, *t.shape[1:])); dist.reduce_scatter_single(part, t.contiguous())` part, this rank's rows of the sum (a few statements) # ACCEPT `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = sum(received.chunk(world_size))` `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = received.view(world_size, -1, *t.shape[1:]).sum(0)` # REJECT `whole = t.clone(); dist.all_reduce(whole); part = whole.chunk(world_size)[dist.get_rank()]` `part = t.chunk(world_size)[dist.get_rank()]` `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = received.chunk(world_size)[dist.get_rank()]`
     return part
 
 
@@ -1048,11 +1070,7 @@ grade(rows_of_sum)
 # slice would give the same rows, but it sends the whole all-reduce's bytes *before* the
 # all-gather, and every rank would hold the whole sum where it should hold $\frac{1}{N}$.
 # An all-to-all and a local sum of the $N$ blocks received is a reduce-scatter written out: it
-# sends the same bytes. torch has it as one call, `dist.reduce_scatter_single(part, t)` (gloo
-# runs it on torch 2.13; the older names `dist.reduce_scatter_tensor` and
-# `dist.all_gather_into_tensor` still work but warn "`torch.distributed.reduce_scatter_tensor`
-# is deprecated. Please use `torch.distributed.reduce_scatter_single` instead.", and likewise
-# for `all_gather_single`).
+# sends the same bytes.
 
 # %% [markdown]
 # ### The sequence-parallel operators
@@ -1064,8 +1082,9 @@ grade(rows_of_sum)
 # that follows wants only this rank's positions of the sum: `leave`'s forward is your
 # `rows_of_sum`. **At the end** of each backward, the gradient it returns must be the gradient
 # of the loss (computed once, the same on every rank) with respect to its input, on this rank.
-# The functions you may use: `gather_rows(t)`, `rows_of_sum(t)`, `all_reduce_sum(t)` (section
-# 4), and `own_rows(t)`, this rank's rows of its own `t`, with no communication.
+# **The budget**: the two backward passes together send no more bytes than one all-reduce of
+# the block's tensor. Write each with any collective of the box above, or any helper of this
+# notebook.
 
 # %%
 def own_rows(t):

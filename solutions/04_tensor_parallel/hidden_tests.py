@@ -17,8 +17,9 @@ hide; here it fails the case. `mlp_bytes` (a prediction) is checked against the 
 of each layout's collectives, which the notebook's check also measures.
 
 As in notebook 01, one module-level harness runs on the ranks (it travels by value, as the
-learner's function does: checks.on_ranks), in its own process group with a short timeout: a
-collective that never completes fails its case in seconds. The layers built on f and g
+learner's function does: checks.on_ranks), in its own process group with a short timeout (the
+shared case loop, checks.run_cases and checks.each_case): a collective that never completes
+fails its case in seconds. The layers built on f and g
 (tp_region, through the MLP built on its two ends, and tp_attention) are tested with a correct f
 and g patched in, and tp_attention with a correct region_out too (tp_region's), so a mistake in
 megatron_f_g or tp_region costs its own points only.
@@ -35,11 +36,11 @@ from autograder.exercises.checks import (
     check_close,
     check_tensor,
     describe,
+    each_case,
     first_rank_failure,
-    on_ranks,
-    rank_failure,
+    rank_values,
     recording,
-    short_group,
+    run_cases,
     with_trusted,
 )
 
@@ -166,30 +167,21 @@ _RUNNERS = {"call": _run_call, "pair": _run_pair, "layer": _run_layer, "region":
             "sp": _run_sp}
 
 
-def _harness(rank, world_size, fn, kind, cases):
-    """Each case through _RUNNERS[kind]. Returns, per case, ("ok", {"value", "rec"}) or
-    (kind, text) as in checks.rank_failure; a case marked "refuse" that raises ValueError is
-    ("ok", "ValueError"). Stops at the first failure. Nothing is judged here: under the judge
-    this runs next to the learner's code."""
-    results = []
-    with short_group(rank, world_size):
+def _harness(rank, world_size, fn, cases, kind):
+    """Each case through _RUNNERS[kind], in the case loop (checks.run_cases): per case ("ok",
+    {"value", "rec"}) or (kind, text) as in checks.rank_failure; a case marked "refuse" that
+    raises ValueError is ("ok", "ValueError"). Nothing is judged here: under the judge this runs
+    next to the learner's code."""
+
+    def one_case(case):
         try:
-            for case in cases:
-                try:
-                    value = _RUNNERS[kind](fn, rank, world_size, case)
-                except ValueError as err:
-                    if case.get("refuse"):
-                        results.append(("ok", "ValueError"))
-                        continue
-                    results.append(rank_failure(err, "raised"))
-                    break
-                except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                    results.append(rank_failure(err, "raised"))
-                    break
-                results.append(("ok", value))
-        except Exception as err:  # noqa: BLE001 - a collective of ours failed: another rank did
-            results.append(rank_failure(err, "broken"))
-    return results
+            return _RUNNERS[kind](fn, rank, world_size, case)
+        except ValueError:
+            if case.get("refuse"):
+                return "ValueError"
+            raise
+
+    return run_cases(rank, world_size, cases, one_case)
 
 
 # ---------------------------------------------------------------- here: inputs and verdicts
@@ -211,10 +203,6 @@ def _name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _entries(results: list, index: int) -> list:
-    return [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
-
-
 def _check_refused(where: str, entries: list, what: str) -> None:
     if all(entry == ("ok", "ValueError") for entry in entries):
         return
@@ -228,9 +216,8 @@ def _check_refused(where: str, entries: list, what: str) -> None:
 def _outcomes(where: str, entries: list, count: int | None = None) -> list:
     """Each rank's {"value", "rec"} of a case that must succeed (its value a list of `count`
     items if given)."""
-    first_rank_failure(where, entries)
     outcomes = []
-    for rank, (_, outcome) in enumerate(entries):
+    for rank, outcome in enumerate(rank_values(where, entries)):
         if outcome == "ValueError":
             raise AssertionError(f"{where}: rank {rank} raised ValueError")
         value = outcome["value"]
@@ -267,16 +254,19 @@ def _kinds(rec: dict) -> list[str]:
     return sorted(call["kind"] for call in rec["calls"])
 
 
-def _check_calls(where, rank, rec, want: dict, idea: str, phase: str = ""):
+def _matches(rec, want: dict) -> bool:
+    """Did the rank call exactly the collectives in want ({kind: bytes, or None for any size}),
+    one each, and nothing else?"""
+    if _kinds(rec) != sorted(want):
+        return False
+    return all(want[call["kind"]] in (None, call["bytes"]) for call in rec["calls"])
+
+
+def _check_calls(where, rank, rec, want: dict, idea: str, phase: str = "",
+                 also: dict | None = None):
     """The rank called exactly the collectives in want ({kind: bytes, or None for any size}),
-    one each, and nothing else."""
-    got = _kinds(rec)
-    ok = got == sorted(want)
-    if ok:
-        for call in rec["calls"]:
-            size = want[call["kind"]]
-            ok = ok and (size is None or call["bytes"] == size)
-    if not ok:
+    one each, and nothing else (or those in `also`, the same idea written out)."""
+    if not (_matches(rec, want) or (also is not None and _matches(rec, also))):
         wanted = ", ".join(f"one {kind}" + (f" of {size} B" if size is not None else "")
                            for kind, size in want.items()) or "no communication"
         phase = f" in its {phase}" if phase else ""
@@ -345,9 +335,9 @@ def _test_linear_forward(fn, rng, split_dim):
             expected = (x.double() @ weight.double().t() + bias.double()).to(dtype)
             flops = _matmul_flops(lambda x=x, w=weight: x @ w.t())
             specs.append((where, expected, flops))
-        results = on_ranks(_harness, fn, n, "call", cases)
-        for index, (where, expected, flops) in enumerate(specs):
-            for rank, outcome in enumerate(_outcomes(where, _entries(results, index))):
+        for (_, entries), (where, expected, flops) in zip(
+                each_case(_harness, fn, n, cases, "call"), specs, strict=True):
+            for rank, outcome in enumerate(_outcomes(where, entries)):
                 check_tensor(outcome["value"], expected, where, rank, "the output",
                              expected_is="nn.Linear gives")
                 _check_calls(where, rank, outcome["rec"], {collective: _nbytes(expected)}, idea)
@@ -439,15 +429,16 @@ def _oracle_tp_region(rank, world_size, ops=None):
 def _check_pair(where, outcomes, expected, budgets, names):
     """outcomes[rank]["value"] = [first(x), its dx, second(x), its dx], "rec" the four
     recordings (forward, backward of each); expected[rank] the same four tensors (with what
-    each is); budgets[k] = ({kind: bytes}, idea) of recording k."""
+    each is); budgets[k] = ({kind: bytes}, idea) of recording k, or ({kind: bytes}, idea,
+    {kind: bytes}) with the same idea written out (_check_calls' `also`)."""
     phases = ("forward", "backward")
     for rank, outcome in enumerate(outcomes):
         for got, (want, what, oracle) in zip(outcome["value"], expected[rank], strict=True):
             check_tensor(got, want, where, rank, what, expected_is=oracle)
         for k, rec in enumerate(outcome["rec"]):
-            want, idea = budgets[k]
+            want, idea, *also = budgets[k]
             _check_calls(where, rank, rec, want, f"{names[k // 2]}'s {phases[k % 2]} ({idea})",
-                         phases[k % 2] + " of " + names[k // 2])
+                         phases[k % 2] + " of " + names[k // 2], *also)
 
 
 @exercise
@@ -478,9 +469,9 @@ def megatron_f_g(fn, rng):
                        ({"all_reduce": size}, "every rank holds a partial sum"),
                        ({}, "every rank's partial sum receives the whole gradient")]
             specs.append((_case(n, shape=shape, dtype=_name(dtype)), expected, budgets))
-        results = on_ranks(_harness, fn, n, "pair", cases)
-        for index, (where, expected, budgets) in enumerate(specs):
-            outcomes = _outcomes(where, _entries(results, index), count=4)
+        for (_, entries), (where, expected, budgets) in zip(
+                each_case(_harness, fn, n, cases, "pair"), specs, strict=True):
+            outcomes = _outcomes(where, entries, count=4)
             _check_pair(where, outcomes, expected, budgets, ("f", "g"))
 
 
@@ -573,9 +564,9 @@ def tp_region(fn, rng):
             # every rank adds b2 and copies the output (g's sum) on whole (..., d) tensors
             work = (_forward_work(_mlp, tensors), 4 * tensors[0].numel() + d)
             specs.append((where, expected, flops, _parts(h, n), size, work))
-        results = on_ranks(_harness, fn, n, "region", cases)
-        for index, (where, expected, flops, hidden, size, work) in enumerate(specs):
-            _check_layer(where, n, _outcomes(where, _entries(results, index), count=6),
+        for (_, entries), (where, expected, flops, hidden, size, work) in zip(
+                each_case(_harness, fn, n, cases, "region"), specs, strict=True):
+            _check_layer(where, n, _outcomes(where, entries, count=6),
                          expected, flops, [
                              ("x", None), ("w1", lambda r, p=hidden: p[r]),
                              ("b1", lambda r, p=hidden: p[r]),
@@ -637,7 +628,6 @@ def tp_attention(fn, rng):
             work = (_forward_work(lambda *t, h=num_heads: _attention(*t, h), tensors),
                     5 * tensors[0].numel() + 3 * d * d // n + 2 * seq * seq)
             specs.append((where, expected, flops, _parts(d, n), _nbytes(tensors[0]), work))
-        refused = None
         if n > 1:
             num_heads = n + 1
             tensors = [_randn(rng, (1, 2, num_heads), torch.float64)]
@@ -647,16 +637,17 @@ def tp_attention(fn, rng):
             cases.append({"tensors": tensors, "grad": tensors[0], "refuse": True,
                           "kwargs": {"num_heads": num_heads}})
             refused = _case(n, num_heads=f"{num_heads} (not a multiple of {n})")
-        results = on_ranks(_harness, fn, n, "layer", cases)
-        for index, (where, expected, flops, rows, size, work) in enumerate(specs):
-            _check_layer(where, n, _outcomes(where, _entries(results, index), count=5),
+            specs.append((refused, None, None, None, None, None))
+        for (case, entries), (where, expected, flops, rows, size, work) in zip(
+                each_case(_harness, fn, n, cases, "layer"), specs, strict=True):
+            if case.get("refuse"):
+                _check_refused(where, entries, "the heads cannot be split evenly")
+                continue
+            _check_layer(where, n, _outcomes(where, entries, count=5),
                          expected, flops, [
                              ("x", None), ("wqkv", lambda r, p=rows: _thirds(p[r], p[-1].stop)),
                              ("wo", lambda r, p=rows: (slice(None), p[r])), ("bo", None)],
                          (size, size), "attention layer", work)
-        if refused:
-            _check_refused(refused, _entries(results, len(specs)), "the heads cannot be split "
-                           "evenly")
 
 
 # ---------------------------------------------------------------- the bytes, predicted
@@ -723,9 +714,8 @@ def rows_of_sum(fn, rng):
             length = n * int(rng.integers(1, 3)) + int(rng.integers(1, n))
             cases.append({"t": [_randn(rng, (length, 2), torch.float64)] * n, "refuse": True})
             specs.append((_case(n, t=f"({length}, 2), {length} not a multiple of {n}"), None))
-        results = on_ranks(_harness, fn, n, "sp", cases)
-        for index, (where, total) in enumerate(specs):
-            entries = _entries(results, index)
+        for (_, entries), (where, total) in zip(each_case(_harness, fn, n, cases, "sp"), specs,
+                                                strict=True):
             if total is None:
                 _check_refused(where, entries, "the rows cannot be split evenly")
                 continue
@@ -785,12 +775,12 @@ def sp_f_g(fn, rng):
             size = _nbytes(gathered)
             budgets = [({"all_gather": size}, "every rank's positions, on every rank"),
                        ({"reduce_scatter": size}, "the gradients of this rank's positions, "
-                        "summed over the ranks that used them"),
+                        "summed over the ranks that used them", {"all_to_all": size}),
                        ({"reduce_scatter": size}, "this rank's positions of the sum"),
                        ({"all_gather": size}, "every rank's positions of the gradient")]
             specs.append((_case(n, part=part, dtype=_name(dtype)), expected, budgets))
-        results = on_ranks(_harness, fn, n, "pair", cases)
-        for index, (where, expected, budgets) in enumerate(specs):
-            outcomes = _outcomes(where, _entries(results, index), count=4)
+        for (_, entries), (where, expected, budgets) in zip(
+                each_case(_harness, fn, n, cases, "pair"), specs, strict=True):
+            outcomes = _outcomes(where, entries, count=4)
             _check_pair(where, outcomes, expected, budgets,
                         ("the all-gather", "the reduce-scatter"))
