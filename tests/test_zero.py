@@ -96,8 +96,8 @@ def test_the_judge_names_a_wrong_blank_outside_the_kernel(monkeypatch):
 
     monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
     cells = [c.source for c in solved.load(ASSIGNMENT).cells if c.cell_type == "code"]
-    wrong = [c.replace("return itemsize * size * world_size, itemsize * size,",
-                       "return itemsize * numel, itemsize * size,") for c in cells]
+    wrong = [c.replace("return (world_size + 1) * size * itemsize",
+                       "return world_size * size * itemsize") for c in cells]
     assert wrong != cells
     [(earned, possible, report)] = grade_cell.verdicts(wrong, [("zero2_held_bytes", None)], "s")
     assert (earned, possible) == (0, 1) and "looks wrong: [1]" in "\n".join(report), report

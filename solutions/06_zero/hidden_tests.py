@@ -21,13 +21,13 @@ from autograder.exercises.checks import (
     calls_of,
     check_tensor,
     describe,
+    each_case,
     first_rank_failure,
     fmt,
     live_tensor_bytes,
-    on_ranks,
-    rank_failure,
+    rank_values,
     recording,
-    short_group,
+    run_cases,
     with_trusted,
 )
 
@@ -56,22 +56,15 @@ def _fits(psi, n_d, stage, widths, budget):
     return sum(_oracle_state_bytes(Fraction(psi), n_d, stage, widths)) <= Fraction(budget)
 
 
-CALLS_OF_A_PREDICTION = 6  # model_state_bytes at N_d = 1 and at infinity, and a check or two
-
-
 def _counted(fn, where):
-    """fn seeing the trusted model_state_bytes, which refuses to be called more than a
-    prediction needs (a fresh count per call of fn: under the judge the stand-in travels by
-    value with each request)."""
-    calls = [0]
+    """fn seeing, in place of model_state_bytes, a stand-in that refuses every call: the
+    prediction is a formula in the byte widths, and calling the table (at trial N_d, or at
+    N_d = 1 and a huge N_d to split it) is a search, not a prediction."""
 
     def model_state_bytes(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] > CALLS_OF_A_PREDICTION:
-            raise AssertionError(
-                f"{where} called model_state_bytes more than {CALLS_OF_A_PREDICTION} times for "
-                "one answer: that is a search over N_d; predict N_d with a formula")
-        return _model_state_bytes(*args, **kwargs)
+        raise AssertionError(
+            f"{where} called model_state_bytes: that is a search (or a probe) over N_d; "
+            "predict N_d with a formula of the byte widths, without the table")
 
     return with_trusted(fn, model_state_bytes=model_state_bytes)
 
@@ -85,6 +78,11 @@ def fewest_gpus(fn, rng):
     learner = fn
     cases = [(7.5e9, stage, 16e9, (2, 2, 12)) for stage in range(4)]
     cases += [(1000.0, 3, 2000.0, (4, 4, 8)), (1000.0, 0, 16_000.0, (4, 4, 8))]
+    # budgets exactly equal to the bytes no N_d removes: None (stage 0: 1), which a search
+    # that tries a huge N_d in floating point gets wrong
+    cases += [(7.5e9, 2, 15e9, (2, 2, 12)), (7.5e9, 1, 30e9, (2, 2, 12)),
+              (1000.0, 1, 8000.0, (4, 4, 8)), (3.0, 2, 6.0, (2, 5, 7)),
+              (1000.0, 0, 16_000.0, (4, 4, 8)), (1000.0, 3, 0.0, (4, 4, 8))]
     for _ in range(40):
         psi = float(rng.integers(1, 10 ** int(rng.integers(2, 12))))
         widths = tuple(int(w) for w in rng.integers(1, 17, size=3))
@@ -114,9 +112,9 @@ def fewest_gpus(fn, rng):
                                  "N_d with a formula; no search over N_d reaches 10^9 GPUs")
         if not possible:
             if got is not None:
-                raise AssertionError(f"{where} returned {got!r}: no number of GPUs fits, "
-                                     "because the bytes no N_d removes are over the budget "
-                                     "already (expected None)")
+                raise AssertionError(f"{where} returned {got!r}: no number of GPUs fits: the "
+                                     "bytes no N_d removes take the whole budget or more, and "
+                                     "the partitioned bytes never reach zero (expected None)")
             continue
         if got is None or isinstance(got, bool) or int(got) != got or got < 1:
             raise AssertionError(f"{where} returned {got!r}: expected a number of GPUs, >= 1")
@@ -205,26 +203,6 @@ def _widths(rng, layers):
     return tuple(int(w) for w in rng.integers(1, 10, size=layers + 1))
 
 
-def _on_ranks_each(harness, fn, n, cases):
-    """harness on n ranks; per case, every rank's entry ("ok", value) or (kind, text)."""
-    results = on_ranks(harness, fn, n, cases)
-    return [[r[index] if index < len(r) else ("broken", "stopped early") for r in results]
-            for index in range(len(cases))]
-
-
-def _run_cases(rank, world_size, cases, one_case):
-    """one_case(case) for each case in a short-timeout group; stops at the first failure."""
-    results = []
-    with short_group(rank, world_size):
-        for case in cases:
-            try:
-                results.append(("ok", one_case(case)))
-            except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                results.append(rank_failure(err, "raised"))
-                break
-    return results
-
-
 def _train_unsharded(widths, seed, n, name, steps, late_lr=None):
     """Parameters after `steps` steps of torch.optim.<name> on the whole batch; with late_lr,
     the last Linear joins (at that rate) after the first step."""
@@ -304,7 +282,7 @@ def _zero1_harness(rank, world_size, cls, cases):
         held = [any(p is q for q in optimizer.local.state) for p in params]
         return [p.detach().clone() for p in params], held, held_bytes, summaries
 
-    return _run_cases(rank, world_size, cases, one_case)
+    return run_cases(rank, world_size, cases, one_case)
 
 
 def _zero1_communication(where, rank, n, numels, summaries):
@@ -335,8 +313,7 @@ def ShardedOptimizer(cls, rng):  # noqa: N802 - the exercise is named after the 
         cases = [((2, 9, 3), "AdamW", 3, 0.02, int(rng.integers(1000)))]
         cases += [(_widths(rng, int(rng.integers(2, 4))), name, 3, float(rng.uniform(0.01, 0.1)),
                    int(rng.integers(1000))) for name in ("SGD", "AdamW")]
-        for case, entries in zip(cases, _on_ranks_each(_zero1_harness, cls, n, cases),
-                                 strict=True):
+        for case, entries in each_case(_zero1_harness, cls, n, cases):
             widths, name, steps, late_lr, seed = case
             where = _case_text(n, widths, name, steps) + ", the last layer added after step 1"
             first_rank_failure(where, entries)
@@ -401,23 +378,6 @@ class _FlatShard:
             start += shape.numel()
         return tensors
 
-    def gather(self, shard, out=None):
-        import torch
-        import torch.distributed as dist
-
-        if out is None:
-            out = torch.empty(self.size * self.world_size, dtype=shard.dtype)
-        dist.all_gather_single(out, shard)
-        return out
-
-    def reduce_scatter(self, flat):
-        import torch
-        import torch.distributed as dist
-
-        out = torch.empty(self.size, dtype=flat.dtype)
-        dist.reduce_scatter_single(out, flat, op=dist.ReduceOp.AVG)
-        return out
-
 
 def _padded(tensors, n):
     """The oracle's full buffer: tensors flattened, zeros up to the next multiple of n."""
@@ -428,42 +388,116 @@ def _padded(tensors, n):
     return torch.cat([flat, flat.new_zeros(size * n - flat.numel())]), size
 
 
-def _oracle_zero2_held(numel, n, itemsize, per_element):
-    """What a ZeRO-2 rank holds right after a step: the whole padded flat buffer of parameters,
-    the gradient of its slice, and the optimizer's state of that slice (its padding included)."""
+def _oracle_grad_peak(numel, n, itemsize):
+    """Bytes of gradients a ZeRO-2 rank holds while it reduce-scatters: the padded flat
+    gradient it sends and the slice it receives."""
     size = -(-numel // n)
-    return itemsize * size * n, itemsize * size, itemsize * per_element * size
+    return itemsize * (n + 1) * size
+
+
+class _Zero2:
+    """The notebook's Zero2Optimizer, trusted (the prediction is measured with it)."""
+
+    def __init__(self, params, optimizer_cls, **kwargs):
+        self.params = list(params)
+        self.layout = _FlatShard([p.shape for p in self.params])
+        self.flat = self.layout.flatten([p.detach() for p in self.params])
+        for p, view in zip(self.params, self.layout.views(self.flat), strict=True):
+            p.data = view
+        self.shard = self.layout.shard_of(self.flat)
+        self.local = optimizer_cls([self.shard], **kwargs)
+
+    def step(self):
+        import torch
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            flat_grad = self.layout.flatten([p.grad for p in self.params])
+            for p in self.params:
+                p.grad = None
+            self.shard.grad = torch.empty_like(self.shard)
+            dist.reduce_scatter_single(self.shard.grad, flat_grad, op=dist.ReduceOp.AVG)
+            self.local.step()
+            dist.all_gather_single(self.flat, self.shard)
+
+
+def _grad_peak_harness(rank, world_size, _fn, cases):
+    """Per case, two AdamW steps of the trusted ZeRO-2 on a model of those widths (in that
+    dtype): the most bytes of gradients alive as a reduce-scatter starts, measured from the
+    live tensors as the notebook's check does."""
+    import torch
+    import torch.nn.functional as F
+
+    from distlab.zero import count_collectives, live_bytes, tensor_bytes
+
+    def one_case(case):
+        widths, dtype, seed = case
+        model = _model(widths, seed).to(getattr(torch, dtype))
+        x, y = (t.chunk(world_size)[rank].to(getattr(torch, dtype))
+                for t in _batch(widths, world_size, seed))
+        optimizer = _Zero2(model.parameters(), torch.optim.AdamW, lr=0.01)
+        peaks = []
+        for _ in range(2):
+            model.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            grads = tensor_bytes(p.grad for p in model.parameters())  # first: seen by gc then
+            others = live_bytes() - grads
+
+            def gradients_now(name, others=others):
+                if name == "reduce_scatter_single":
+                    state = [v for st in optimizer.local.state.values() for v in st.values()]
+                    peaks.append(live_bytes(*state) - (others - tensor_bytes(state)))
+
+            with count_collectives(before_each=gradients_now):
+                optimizer.step()
+        return max(peaks)
+
+    return run_cases(rank, world_size, cases, one_case)
+
+
+def _peak_message(where, got, numel, n, itemsize):
+    size = -(-numel // n)
+    hints = {itemsize * size: "that is the slice the rank receives, all it keeps after "
+                              "step(); the flat gradient it sends is alive too",
+             itemsize * n * size: "that is the flat gradient it sends; the slice it receives "
+                                  "is alive too"}
+    hint = hints.get(got, "the gradients alive then are the flat gradient as `flatten` lays "
+                          "it out (every element of it) and the slice the rank receives")
+    return (f"{where} returned {got!r}: not the bytes of gradients a ZeRO-2 rank holds while "
+            f"it reduce-scatters ({hint})")
 
 
 @exercise
 def zero2_held_bytes(fn, rng):
-    """The prediction against the oracle, on element counts that are multiples of the world
-    size, that are not, and that are smaller than it; a ZeRO-2 run on real ranks checks the
-    oracle itself (tests/test_zero.py)."""
-    cases = [(618, 4, 8, 2), (618, 3, 8, 2), (618, 4, 8, 1), (10, 3, 4, 2), (1, 4, 2, 2),
-             (12, 4, 4, 1), (7, 1, 8, 2)]
+    """The prediction against the gradient bytes measured on real ranks (a trusted ZeRO-2,
+    float64 and float32 models, 2 to 4 ranks), then against the oracle on element counts that
+    are multiples of the world size, that are not, and that are smaller than it."""
+    for n in (2, 3, 4):
+        cases = [((int(rng.integers(2, 9)), int(rng.integers(1, 9)), int(rng.integers(1, 9))),
+                  dtype, int(rng.integers(1000))) for dtype in ("float64", "float32")]
+        for case, entries in each_case(_grad_peak_harness, None, n, cases):
+            widths, dtype, _ = case
+            numel = sum(w_in * w_out + w_out for w_in, w_out in zip(widths, widths[1:],
+                                                                     strict=False))
+            itemsize = 8 if dtype == "float64" else 4
+            where = f"zero2_held_bytes(numel={numel}, world_size={n}, itemsize={itemsize})"
+            measured = max(rank_values(f"world_size={n}, measuring a ZeRO-2 step", entries))
+            if measured != _oracle_grad_peak(numel, n, itemsize):  # the oracle is wrong
+                raise RuntimeError(f"{where}: measured {measured} B of gradients")
+            got = fn(numel, n, itemsize)
+            if isinstance(got, bool) or not isinstance(got, int | float) or got != measured:
+                raise AssertionError(_peak_message(where, got, numel, n, itemsize))
+    cases = [(618, 4, 8), (618, 3, 8), (10, 3, 4), (1, 4, 2), (12, 4, 4), (7, 1, 8)]
     for _ in range(30):
         n = int(rng.integers(1, 65))
         numel = int(rng.integers(1, 10 ** int(rng.integers(1, 7))))
-        cases.append((numel, n, int(rng.choice([2, 4, 8])), int(rng.integers(1, 3))))
-    for numel, n, itemsize, per_element in cases:
-        where = (f"zero2_held_bytes(numel={numel}, world_size={n}, itemsize={itemsize}, "
-                 f"per_element={per_element})")
-        got = fn(numel, n, itemsize, per_element)
-        try:
-            got = tuple(float(v) for v in got)
-            if len(got) != 3:
-                raise ValueError
-        except (TypeError, ValueError):
-            raise AssertionError(f"{where} returned {got!r}: expected three byte counts, "
-                                 "(parameters, gradients, optimizer state)") from None
-        want = _oracle_zero2_held(numel, n, itemsize, per_element)
-        wrong = [part for part, g, w in zip(("parameters", "gradients", "optimizer state"),
-                                            got, want, strict=True) if g != w]
-        if wrong:
-            raise AssertionError(f"{where} returned {fmt(list(got))}: the {' and the '.join(wrong)}"
-                                 " differ from what a ZeRO-2 rank holds there (every element of "
-                                 "the layout counts, padding included)")
+        cases.append((numel, n, int(rng.choice([2, 4, 8]))))
+    for numel, n, itemsize in cases:
+        where = f"zero2_held_bytes(numel={numel}, world_size={n}, itemsize={itemsize})"
+        got = fn(numel, n, itemsize)
+        if isinstance(got, bool) or not isinstance(got, int | float) or \
+                got != _oracle_grad_peak(numel, n, itemsize):
+            raise AssertionError(_peak_message(where, got, numel, n, itemsize))
 
 
 # ---------------------------------------------------------------- ZeRO-2
@@ -495,7 +529,7 @@ def _zero2_harness(rank, world_size, cls, cases):
         return ([p.detach().clone() for p in model.parameters()], left, state, summaries,
                 held_bytes)
 
-    return _run_cases(rank, world_size, cases, one_case)
+    return run_cases(rank, world_size, cases, one_case)
 
 
 @exercise
@@ -507,8 +541,7 @@ def Zero2Optimizer(cls, rng):  # noqa: N802 - the exercise is named after the le
     for n in WORLD_SIZES:
         cases = [(_widths(rng, int(rng.integers(1, 4))), name, 3, int(rng.integers(1000)))
                  for name in ("AdamW", "SGD")]
-        for case, entries in zip(cases, _on_ranks_each(_zero2_harness, cls, n, cases),
-                                 strict=True):
+        for case, entries in each_case(_zero2_harness, cls, n, cases):
             widths, name, steps, seed = case
             where = _case_text(n, widths, name, steps)
             first_rank_failure(where, entries)
@@ -604,7 +637,7 @@ def _zero3_harness(rank, world_size, fn, cases):
         return (*first, [s.detach().clone() for s in shards],
                 (fwd.summary(), between, bwd.summary()))
 
-    return _run_cases(rank, world_size, cases, one_case)
+    return run_cases(rank, world_size, cases, one_case)
 
 
 def _layer_slices(model, n, rank, grads=False):
@@ -631,8 +664,7 @@ def GatheredUnit(fn, rng):  # noqa: N802 - the exercise is named after the learn
     for n in WORLD_SIZES:
         cases = [(_widths(rng, int(rng.integers(1, 4))), name, 2, int(rng.integers(1000)))
                  for name in ("SGD", "AdamW")]
-        for case, entries in zip(cases, _on_ranks_each(_zero3_harness, fn, n, cases),
-                                 strict=True):
+        for case, entries in each_case(_zero3_harness, fn, n, cases):
             widths, name, steps, seed = case
             where = _case_text(n, widths, name, steps)
             first_rank_failure(where, entries)
@@ -669,14 +701,13 @@ def GatheredUnit(fn, rng):  # noqa: N802 - the exercise is named after the learn
     for n, reduce in ((2, "float32"), (4, "bfloat16")):  # bf16 compute, either reduce
         cases = [("bfloat16", reduce, int(rng.integers(1000))),
                  ("float64", "float64", int(rng.integers(1000)))]
-        for case, entries in zip(cases, _on_ranks_each(_lm_harness, fn, n, cases),
-                                 strict=True):
+        for case, entries in each_case(_lm_harness, fn, n, cases):
             _check_lm(n, case, entries)
 
 
 def _lm_harness(rank, world_size, fn, cases):
     """zero_lm's harness, with this module's trusted FlatShard and case loop."""
-    return lm_harness(rank, world_size, fn, cases, _FlatShard, _run_cases)
+    return lm_harness(rank, world_size, fn, cases, _FlatShard, run_cases)
 
 
 def _check_lm(n, case, entries):
@@ -827,7 +858,7 @@ def _zero3_budget(where, rank, n, widths, batch, fwd, between, bwd):
 
 def _plan_harness(rank, world_size, fn, cases):
     """zero_lm's plan harness, with this module's case loop and trusted FlatShard."""
-    return plan_harness(rank, world_size, fn, cases, _run_cases, _FlatShard)
+    return plan_harness(rank, world_size, fn, cases, run_cases, _FlatShard)
 
 
 @exercise
@@ -838,8 +869,7 @@ def lm_plan(fn, rng):
     and the dtypes each collective travels in."""
     cases = [(2, "bfloat16", "float32"), (3, "bfloat16", "bfloat16"), (4, "float16", "float32"),
              (2, None, None), (3, "bfloat16", None), (2, "float32", "float32")]
-    entries = _on_ranks_each(_plan_harness, fn, 1, cases)
-    for (layers, compute, reduce), [entry] in zip(cases, entries, strict=True):
+    for (layers, compute, reduce), [entry] in each_case(_plan_harness, fn, 1, cases):
         where = (f"lm_plan on a transformer of {layers} blocks, compute_dtype={compute}, "
                  f"reduce_dtype={reduce}")
         first_rank_failure(where, [entry])

@@ -86,7 +86,7 @@ def lm_harness(rank, world_size, fn, cases, flat_shard, run_cases):
     for the backward (dims, elements, dtype, whether in a master slice's memory). zero.py
     passes its trusted FlatShard and its run_cases (imported here, they would make a loop of
     imports; and a harness that the judge ships by value may import nothing of the grading
-    side on the ranks)."""
+    side on the ranks): checks.run_cases, the shared case loop."""
     import torch
     import torch.distributed as dist
 
@@ -182,22 +182,29 @@ def unit_sizes(units, n, grads):
 def trusted_unit():
     """The notebook's GatheredUnit, trusted: the plan's budget is measured with it."""
     import torch
+    import torch.distributed as dist
+
+    def gather(unit, shard):
+        full = torch.empty(unit.layout.size * unit.layout.world_size, dtype=unit.compute_dtype)
+        dist.all_gather_single(full, shard.detach().to(unit.compute_dtype))
+        return full
 
     class Unit(torch.autograd.Function):
         @staticmethod
         def forward(ctx, shard, unit, *inputs):
             ctx.unit = unit
             ctx.save_for_backward(shard, *inputs)
-            return unit.run(unit.layout.gather(shard.detach().to(unit.compute_dtype)), inputs)
+            return unit.run(gather(unit, shard), inputs)
 
         @staticmethod
         def backward(ctx, grad_output):
             unit = ctx.unit
             shard, *inputs = ctx.saved_tensors
-            full = unit.layout.gather(shard.detach().to(unit.compute_dtype))
-            grad_inputs, grad_full = unit.gradients(full, inputs, grad_output)
-            grad = unit.layout.reduce_scatter(grad_full.to(unit.reduce_dtype)).to(shard.dtype)
-            return grad, None, *grad_inputs
+            grad_inputs, grad_full = unit.gradients(gather(unit, shard), inputs, grad_output)
+            grad = torch.empty(unit.layout.size, dtype=unit.reduce_dtype)
+            dist.reduce_scatter_single(grad, grad_full.to(unit.reduce_dtype),
+                                       op=dist.ReduceOp.AVG)
+            return grad.to(shard.dtype), None, *grad_inputs
 
     return Unit
 

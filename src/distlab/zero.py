@@ -7,8 +7,10 @@
     counter.peak_gathered_bytes              # the most that were alive at once
 
     tensor_bytes(tensors)                    # bytes of their storages, each storage once
+    live_bytes(*exclude)                     # bytes of every tensor alive in this process
     state_bytes(optimizer)                   # bytes of the optimizer's state tensors
     trace_gathered(model, x, counter)        # gathered bytes alive after each layer's F and B
+    sent_per_rank(calls, world_size)         # bytes one rank sends for counter.calls (rings)
     show_memory(model_state_bytes)           # bars per stage, with sliders, for your formula
     show_assignment(sizes, owners, n)        # which rank owns which parameter
     show_measured(measured, modelled)        # measured bytes per rank next to the formula
@@ -22,7 +24,9 @@ imported by the drawing functions only: the counting runs on ranks, which should
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
+import time
 import weakref
 
 import numpy as np
@@ -68,9 +72,10 @@ class CollectiveCounter:
 
 
 @contextlib.contextmanager
-def count_collectives():
+def count_collectives(before_each=None):
     """On a rank: count every call of the collectives in `_FULL_ARGUMENT` (made through the
-    `torch.distributed` module) until the block ends."""
+    `torch.distributed` module) until the block ends; before_each(name), if given, is called
+    as each call starts (e.g. to count the bytes alive then)."""
     import torch
 
     counter = CollectiveCounter()
@@ -79,6 +84,8 @@ def count_collectives():
         signature = inspect.signature(real)
 
         def call(*args, **kwargs):
+            if before_each is not None:
+                before_each(name)
             bound = signature.bind(*args, **kwargs)
             whole = bound.arguments[_FULL_ARGUMENT[name]]
             if name == "all_gather_single" and not bound.arguments.get("async_op"):
@@ -98,8 +105,7 @@ def count_collectives():
 
 
 def tensor_bytes(tensors) -> int:
-    """Bytes of the storages behind `tensors` (None skipped): a storage that several tensors
-    view, such as a flat buffer, counts once, and whole (padding included)."""
+    """Bytes of the storages behind `tensors` (None skipped), each storage once, at its size."""
     seen, total = set(), 0
     for t in tensors:
         if t is None:
@@ -109,6 +115,55 @@ def tensor_bytes(tensors) -> int:
             seen.add(storage.data_ptr())
             total += storage.nbytes()
     return total
+
+
+SETTLE_S = 0.03  # live_bytes counts again until the count holds still this long
+
+
+def _live_once(skip) -> int:
+    import torch
+
+    seen, total = set(), 0
+    for obj in gc.get_objects():
+        if not issubclass(type(obj), torch.Tensor):  # type(): isinstance would ask every
+            continue  # object its __class__, and deprecated torch aliases warn then
+        with contextlib.suppress(Exception):
+            if obj.is_meta or obj.layout != torch.strided:
+                continue
+            storage = obj.untyped_storage()
+            key = storage.data_ptr()
+            if key in seen or key in skip or key == 0:
+                continue
+            seen.add(key)
+            total += storage.nbytes()
+    return total
+
+
+def live_bytes(*exclude) -> int:
+    """Bytes of every tensor storage alive in this process (each once), but those behind the
+    tensors in `exclude`; garbage collected first. gloo's thread lets go of a finished call's
+    tensors a moment after the call returns, so the count is taken again until it holds still."""
+    skip = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
+    gc.collect()
+    count, still_since = _live_once(skip), time.monotonic()
+    while time.monotonic() - still_since < SETTLE_S:
+        time.sleep(SETTLE_S / 6)
+        again = _live_once(skip)
+        if again != count:
+            count, still_since = again, time.monotonic()
+    return count
+
+
+# bytes one rank sends per byte of a call's whole message, with notebook 01's rings
+_RING_FACTOR = {"all_reduce": 2, "reduce_scatter_single": 1, "all_gather_single": 1,
+                "broadcast": 1, "reduce": 1}
+
+
+def sent_per_rank(calls, world_size: int) -> float:
+    """Bytes one rank sends for these (name, message bytes) calls, with ring algorithms
+    (a broadcast pipelined round the ring: on average per rank)."""
+    n = world_size
+    return sum(_RING_FACTOR[name] * (n - 1) / n * nbytes for name, nbytes in calls)
 
 
 def state_bytes(optimizer) -> int:
