@@ -24,17 +24,16 @@ from autograder.exercises.checks import (
     each_case,
     first_rank_failure,
     fmt,
-    live_tensor_bytes,
     rank_values,
     recording,
     run_cases,
     with_trusted,
 )
+from distlab.memory import settled_bytes
 
 WORLD_SIZES = (1, 2, 4, 3)  # 3 last: the notebook's next check runs on 3 ranks
 OPTIMIZERS = {"AdamW": {"lr": 0.05, "weight_decay": 0.1}, "SGD": {"lr": 0.1, "momentum": 0.9}}
 STATE_PER_ELEMENT = {"AdamW": 2, "SGD": 1}  # exp_avg and exp_avg_sq; momentum_buffer
-SETTLE_S = 0.03  # a live-tensor count is taken again until it holds still this long
 
 
 # ---------------------------------------------------------------- the memory model
@@ -226,23 +225,6 @@ def _case_text(n, widths, name, steps):
     return f"world_size={n}, layer widths {list(widths)}, {name}, {steps} steps"
 
 
-def _live(*exclude):
-    """Bytes of tensors alive on this rank (garbage collected first), but `exclude`'s. A gloo
-    collective returns before gloo's worker thread lets go of the tensors it was given, so the
-    count is taken until it has held still for SETTLE_S (sleeping: the thread gets the core)."""
-    import gc
-    import time
-
-    gc.collect()
-    count, still_since = live_tensor_bytes(*exclude), time.monotonic()
-    while time.monotonic() - still_since < SETTLE_S:
-        time.sleep(SETTLE_S / 6)
-        again = live_tensor_bytes(*exclude)
-        if again != count:
-            count, still_since = again, time.monotonic()
-    return count
-
-
 def _kb(nbytes):
     return f"{nbytes} B" if abs(nbytes) < 2000 else f"{nbytes / 1e3:.1f} kB"
 
@@ -265,7 +247,7 @@ def _zero1_harness(rank, world_size, cls, cases):
         model = _model(widths, seed)
         x, y = (t.chunk(world_size)[rank] for t in _batch(widths, world_size, seed))
         params = list(model.parameters())
-        before = _live()  # the model and this rank's batch
+        before = settled_bytes()  # the model and this rank's batch
         optimizer = cls(params[:-2], getattr(torch.optim, name), **OPTIMIZERS[name])
         summaries = []
         for step in range(steps):
@@ -278,7 +260,7 @@ def _zero1_harness(rank, world_size, cls, cases):
             summaries.append(rec.summary())
             if step == 0:
                 optimizer.add_param_group({"params": params[-2:], "lr": late_lr})
-        held_bytes = _live(*[p.grad for p in params]) - before  # what the optimizer added
+        held_bytes = settled_bytes(*[p.grad for p in params]) - before  # what the optimizer added
         held = [any(p is q for q in optimizer.local.state) for p in params]
         return [p.detach().clone() for p in params], held, held_bytes, summaries
 
@@ -513,7 +495,7 @@ def _zero2_harness(rank, world_size, cls, cases):
         widths, name, steps, seed = case
         model = _model(widths, seed)
         x, y = (t.chunk(world_size)[rank] for t in _batch(widths, world_size, seed))
-        before = _live()  # the model and this rank's batch
+        before = settled_bytes()  # the model and this rank's batch
         optimizer = cls(model.parameters(), getattr(torch.optim, name), **OPTIMIZERS[name])
         summaries = []
         for _ in range(steps):
@@ -522,7 +504,7 @@ def _zero2_harness(rank, world_size, cls, cases):
             with recording(flops=False, saved=False) as rec:
                 optimizer.step()
             summaries.append(rec.summary())
-        held_bytes = _live() - before
+        held_bytes = settled_bytes() - before
         left = [p.grad is not None for p in model.parameters()]
         state = sum(t.numel() for s in optimizer.local.state.values() for t in s.values()
                     if isinstance(t, torch.Tensor) and t.dim() > 0)
@@ -618,10 +600,10 @@ def _zero3_harness(rank, world_size, fn, cases):
         shards = [unit.shard for unit in units_of(forward)]
         x, y = (t.chunk(world_size)[rank] for t in _batch(widths, world_size, seed))
         x = x.clone().requires_grad_()
-        before = _live()  # the slices and this rank's batch
+        before = settled_bytes()  # the slices and this rank's batch
         with recording(flops=False) as fwd:
             out = forward(x)
-        between = _live() - before  # the activations autograd keeps, and whatever else
+        between = settled_bytes() - before  # the activations autograd keeps, and whatever else
         loss = F.mse_loss(out, y)
         with recording(flops=False, saved=False) as bwd:
             loss.backward()

@@ -24,9 +24,7 @@ imported by the drawing functions only: the counting runs on ranks, which should
 from __future__ import annotations
 
 import contextlib
-import gc
 import inspect
-import time
 import weakref
 
 import numpy as np
@@ -117,41 +115,13 @@ def tensor_bytes(tensors) -> int:
     return total
 
 
-SETTLE_S = 0.03  # live_bytes counts again until the count holds still this long
-
-
-def _live_once(skip) -> int:
-    import torch
-
-    seen, total = set(), 0
-    for obj in gc.get_objects():
-        if not issubclass(type(obj), torch.Tensor):  # type(): isinstance would ask every
-            continue  # object its __class__, and deprecated torch aliases warn then
-        with contextlib.suppress(Exception):
-            if obj.is_meta or obj.layout != torch.strided:
-                continue
-            storage = obj.untyped_storage()
-            key = storage.data_ptr()
-            if key in seen or key in skip or key == 0:
-                continue
-            seen.add(key)
-            total += storage.nbytes()
-    return total
-
-
 def live_bytes(*exclude) -> int:
     """Bytes of every tensor storage alive in this process (each once), but those behind the
-    tensors in `exclude`; garbage collected first. gloo's thread lets go of a finished call's
-    tensors a moment after the call returns, so the count is taken again until it holds still."""
-    skip = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
-    gc.collect()
-    count, still_since = _live_once(skip), time.monotonic()
-    while time.monotonic() - still_since < SETTLE_S:
-        time.sleep(SETTLE_S / 6)
-        again = _live_once(skip)
-        if again != count:
-            count, still_since = again, time.monotonic()
-    return count
+    tensors in `exclude`; garbage collected first, and counted until the count holds still
+    (gloo's thread lets go of a finished call's tensors a moment after the call returns)."""
+    from distlab.memory import settled_bytes
+
+    return settled_bytes(*(t for t in exclude if t is not None))
 
 
 # bytes one rank sends per byte of a call's whole message, with notebook 01's rings
