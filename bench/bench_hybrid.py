@@ -36,6 +36,18 @@ WIDE = {"hidden": 256, "ff": 1024, "seq": 16}
 LAYOUTS = ((1, 1, 1), (1, 2, 2), (2, 2, 1), (2, 1, 2), (2, 2, 2))  # (pp, dp, tp)
 
 
+def analyzer_02(dims, shape, rows, micro_batches, nbytes=2):
+    """Notebook 02's iteration_costs, its bytes only: {"tp", "dp", "pp"}, message bytes per GPU
+    (pp: a first or last stage). Notebook 07 shows it in group_bytes' Why, not as code."""
+    pp, dp, tp = shape
+    L, h, s = dims["blocks"], dims["hidden"], dims["seq"]
+    b = rows // (dp * micro_batches)
+    activation = b * s * h * nbytes
+    return {"tp": 4 * (L // pp) * micro_batches * activation if tp > 1 else 0,
+            "dp": 12 * L * h**2 / (tp * pp) * nbytes if dp > 1 else 0,
+            "pp": 2 * micro_batches * activation if pp > 1 else 0}
+
+
 def _on_rank(rank, world_size, hybrid, shape, wide, rows, micro, warmup, repeats):
     import torch
     import torch.distributed as dist
@@ -91,7 +103,7 @@ def main() -> list[dict]:
         predicted = group_bytes(dims, shape, ROWS, MICRO)
         predicted["pp"] = 2 * min(shape[0] - 1, 2) * ROWS // shape[1] * WIDE["seq"] \
             * WIDE["hidden"] * 8  # float64
-        analyzer = hybrid.analyzer_02(dims, shape, ROWS, MICRO, nbytes=8)  # float64
+        analyzer = analyzer_02(dims, shape, ROWS, MICRO, nbytes=8)  # float64
         for rank, (_, moved) in enumerate(results):  # pp <= 2: every rank is the busiest
             for name in ("tp", "dp", "pp"):
                 if moved[name] != predicted[name]:

@@ -20,14 +20,27 @@ ON_RANKS = ["TPBlock", "shard_2d", "train_3d", "sync_tied"]
 
 
 @pytest.mark.parametrize(("wrong", "says"), [
-    ("dist.all_reduce(param.grad); param.grad /= dist.get_world_size()",
-     "over the world (all 4 ranks) instead of its DP group"),
-    ('dist.all_reduce(param.grad, group=groups["tp"]); param.grad /= n_d', "in its TP group"),
+    ("pipeline = list(range(dist.get_world_size())); p = dist.get_rank()",
+     "in its own pipeline only"),
+    ('pipeline = dist.get_process_group_ranks(groups["tp"]); p = pipeline.index(dist.get_rank())',
+     "in its own pipeline only"),
 ])
-def test_a_gradient_averaged_in_the_wrong_group_is_named(wrong, says):
-    """Does the bug report's line kept (a gradient all-reduced over the world), or one over the
-    TP group, fail with a message that says which group it used and which it should have?"""
+def test_a_pipeline_taken_from_the_wrong_ranks_is_named(wrong, says):
+    """Does the bug report's line kept (the stages numbered by global rank), or the TP group
+    taken for the pipeline, fail with a message that says a stage talks to its own pipeline's
+    neighbours only?"""
     complaint = fails("train_3d", nb.variant("train_3d", 1, wrong))
+    assert says in complaint, complaint
+
+
+@pytest.mark.parametrize(("wrong", "says"), [
+    ("list(model)", "root"),
+    ("[model]", "several blocks in one unit"),
+])
+def test_fsdp_units_outside_zero3s_budget_are_named(wrong, says):
+    """Do the blocks alone (each a root, never freed after its forward) or the model as one
+    unit fail, saying why the all-gathers are not two per block?"""
+    complaint = fails("shard_2d", nb.variant("shard_2d", 1, wrong))
     assert says in complaint, complaint
 
 

@@ -209,9 +209,9 @@ def is_part(tensor, whole):
 # gradient backward; $g$ all-reduces forward and is the identity backward.
 # `F.linear(x, w, b)` is `x @ w.T + b`.
 #
-# Notebook 04's layer norm had no parameters; this block's `LayerNorm` has a
-# weight and a bias, and every TP rank holds a copy of both, whole. The block's output line is
-# given; yours is `h`, this rank's features of the hidden layer.
+# This block's `LayerNorm` has a weight and a bias, and every TP rank holds a copy of both,
+# whole. The block's output line is given; yours is `h`, this rank's features of the hidden
+# layer.
 #
 # At the end, each TP rank's block must return exactly the plain block's output, and every
 # tensor it holds, the LayerNorm's included, must get the gradient of the matching part of the
@@ -370,6 +370,10 @@ grade(TPBlock)
 #   the default was `True`, and a root was never freed after its forward, whatever it was
 #   given.
 #
+# In `shard_2d` below the TP plan is given (notebook 04's split, in DTensor's words). Yours is
+# `units`: the modules that `fully_shard` makes FSDP units over DP, in the order it is called,
+# so that a step keeps ZeRO-3's budget above.
+#
 # The check trains 3 steps on 4 ranks (DP 2 x TP 2), compares what each rank's model computes
 # with one process's, and counts the collectives of the first step with `CommDebugMode`.
 
@@ -378,8 +382,8 @@ def shard_2d(model, mesh):
     """model (a Sequential of Blocks) tensor-parallel over mesh["tp"], then ZeRO-3 over
     mesh["dp"] within ZeRO-3's budget. Returns the model."""
     for block in model:
-        parallelize_module(block, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})  # BLANK `{"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}` API: how each of the block's linears is split # API # ACCEPT `{"fc2": RowwiseParallel(), "fc1": ColwiseParallel()}` `dict(fc1=ColwiseParallel(), fc2=RowwiseParallel())` # REJECT `{"fc1": RowwiseParallel(), "fc2": ColwiseParallel()}` `{"fc1": ColwiseParallel(), "fc2": ColwiseParallel()}` `{"fc1": ColwiseParallel()}`
-    units = [*model, model]  # a unit per block, then the root around them (notebook 06)
+        parallelize_module(block, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    units = [*model, model]  # BLANK `[*model, model]` the modules that become units, in order # ACCEPT `list(model) + [model]` `[block for block in model] + [model]` # REJECT `list(model)` `[model]` `[model, *model]` `[*model]` `[model[0], model]`
     for unit in units:
         fully_shard(unit, mesh=mesh["dp"])
     return model
@@ -471,23 +475,23 @@ grade(shard_2d)
 # `dist.send(tensor, dst)` and `dist.recv(tensor, src)` take global ranks; `out.backward(grad)`
 # runs the backward of `out` from the gradient `grad` of the loss with respect to `out`.
 #
-# **A bug report.** A first version of this function ended each step with
+# **A bug report.** A first version of this function began with
 #
 # ```python
-# for param in stage.parameters():
-#     dist.all_reduce(param.grad); param.grad /= dist.get_world_size()
+# pipeline = list(range(dist.get_world_size())); p = dist.get_rank()
 # ```
 #
-# On 4 ranks of pure data parallelism (PP 1 x DP 4 x TP 1) it trained exactly like one
-# process; on this notebook's 8-rank grid it does not. Blank [1] is that line, fixed.
+# (`pipeline`: the global ranks of the stages, first to last; `p`: this rank's stage). On 2
+# ranks of pure pipeline parallelism (PP 2 x DP 1 x TP 1) it trained exactly like one process;
+# on this notebook's 8-rank grid it does not. Blank [1] is that line, fixed.
 
 # %% solution="train_3d" drill
 def train_3d(stage, x, y, groups, steps=2, lr=0.1, micro_batches=2):
     """SGD with GPipe along the pipeline (stage: this rank's part of the model, its blocks
     split over its TP group); groups: this rank's groups by name; x, y the whole batch (the
     same on every rank). Returns stage."""
-    pipeline = dist.get_process_group_ranks(groups["pp"])  # its global ranks, stage by stage
-    p, last = pipeline.index(dist.get_rank()), len(pipeline) - 1  # this rank's stage, the last
+    pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank())  # BLANK `pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank())` the bug report's line, fixed # ACCEPT `pipeline = dist.get_process_group_ranks(groups["pp"]); p = dist.get_rank(groups["pp"])` # REJECT `pipeline = list(range(dist.get_world_size())); p = dist.get_rank()` `pipeline = dist.get_process_group_ranks(groups["dp"]); p = pipeline.index(dist.get_rank())` `pipeline = dist.get_process_group_ranks(groups["pp"]); p = dist.get_rank()` `pipeline = dist.get_process_group_ranks(groups["tp"]); p = pipeline.index(dist.get_rank())`
+    last = len(pipeline) - 1  # the last stage
     d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"])
     xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)  # its rows
     for _ in range(steps):
@@ -514,7 +518,8 @@ def train_3d(stage, x, y, groups, steps=2, lr=0.1, micro_batches=2):
             if p > 0:
                 dist.send(inputs[m].grad, pipeline[p - 1])  # notebook 05
         for param in stage.parameters():
-            dist.all_reduce(param.grad, group=groups["dp"]); param.grad /= n_d  # BLANK `dist.all_reduce(param.grad, group=groups["dp"]); param.grad /= n_d` the bug report's line, fixed # ACCEPT `dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, group=groups["dp"])` # REJECT `dist.all_reduce(param.grad); param.grad /= dist.get_world_size()` `dist.all_reduce(param.grad, group=groups["tp"]); param.grad /= n_d` `dist.all_reduce(param.grad, group=groups["pp"]); param.grad /= n_d` `dist.all_reduce(param.grad, group=groups["dp"])` `dist.all_reduce(param.grad); param.grad /= n_d`
+            dist.all_reduce(param.grad, group=groups["dp"])  # the replicas' sum, then their mean
+            param.grad /= n_d
         with torch.no_grad():
             for param in stage.parameters():
                 param -= lr * param.grad
@@ -550,20 +555,21 @@ reveal("train_3d")
 # %% tests="train_3d_tests" points=1
 # Hidden tests (1 point): layouts PP x DP x TP of 2 to 8 ranks, random batches; the rows
 # each rank trained on, parameters against single-process SGD, who sends what to whom, and
-# in which groups the gradients are all-reduced.
+# what each rank's gradients are combined with.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade
 grade(train_3d)
 ### END HIDDEN TESTS
 
 # %% [markdown] why="train_3d"
-# **Why.** A stage's neighbours are the previous and next entries of its pipeline, its PP
-# group: in the (2, 2, 2) grid 4 ranks apart, never rank ± 1. Backward runs the chain rule
-# across each boundary, from the last stage to the first. The bug report's line was right on
-# pure DP because there the world holds exactly the copies of each parameter; in the grid it
-# also holds ranks of other stages and other TP parts, whose tensors are different
-# parameters. And a rank's global number counts the ranks of every stage and every TP part,
-# which is why the hidden tests run a grid of two stages.
+# **Why.** A rank's pipeline is its PP group, and its stage is its place in that group. A
+# stage's neighbours are the previous and next entries of its pipeline: in the (2, 2, 2) grid
+# 4 ranks apart, never rank ± 1 (that is a TP neighbour, holding the other half of the same
+# block). The bug report's line was right on pure PP because there the world is one pipeline;
+# in the grid a rank's global number counts the ranks of every replica and every TP part, so
+# rank 5 took itself for stage 5 of 8. Backward runs the chain rule across each boundary,
+# from the last stage to the first. The DP reduction at the end is notebook 03's, in the DP
+# group only: the copies of a parameter are the ranks that differ in the replica alone.
 
 # %% [markdown]
 # ### A weight two stages share
@@ -713,17 +719,26 @@ def group_bytes(dims, shape, rows, micro_batches, itemsize=8):
 require_filled(group_bytes)
 DIMS = {"blocks": 4, "hidden": HIDDEN, "ff": FF, "seq": SEQ}
 predicted = group_bytes(DIMS, (2, 2, 2), 8, 2)
-moved = run(run_3d, (2, 2, 2), True, DIMS["blocks"], world_size=8)
-for name in ("tp", "dp"):
-    assert {m[name] for m in moved} == {predicted[name]}, \
-        f"{name}: your prediction is not what the ranks moved in this group"
-measured, moved = moved, None  # kept for the cells below only once the prediction matches
+
+
+def measured_if_predicted(predicted):
+    """The bytes each rank moved in one step of the run, returned only if they are predicted."""
+    moved = run(run_3d, (2, 2, 2), True, DIMS["blocks"], world_size=8)
+    for name in ("tp", "dp"):
+        assert {m[name] for m in moved} == {predicted[name]}, \
+            f"{name}: your prediction is not what the ranks moved in this group"
+    return moved
+
+
+measured = measured_if_predicted(predicted)
 print(f"{'group':>5} {'yours':>8} {'measured (every rank)':>24}")
 for name in ("tp", "dp", "pp"):
     on_ranks = sorted({m[name] for m in measured})
     yours = f"{predicted[name]:.0f}" if name in predicted else "-"
     print(f"{name:>5} {yours:>8} {str(on_ranks):>24}")
 print("✓ your prediction is what every rank moved, group by group")
+show_bytes([(name, {"yours": predicted[name], "measured": measured[0][name]}) for name in ("tp", "dp")],
+           "One step of the 8-rank run, bytes per rank by group")
 reveal("group_bytes")
 
 # %% tests="group_bytes_tests" points=2
@@ -744,10 +759,34 @@ grade(group_bytes)
 # Notebook 02's analyzer makes the same kind of prediction for a GPT-like layer, with its own
 # assumptions: $\Psi = 12 L h^2$ parameters (attention's $4h^2$ and an MLP of $8h^2$; no
 # biases or norms), 4 TP all-reduces per layer per micro-batch (attention's and the MLP's,
-# forward and backward), $2m$ messages over one stage boundary. Its values are 16-bit by
-# default; the cell below gives it this run's 8-byte float64 values, so that both columns
-# count the same unit, and sets it beside the run (whose TP and DP bytes are your
-# prediction). Where it is off, group by group:
+# forward and backward), and over a stage boundary $2m$ messages of one micro-batch's
+# activations: a first or a last stage's count (a middle stage, with a boundary on each side,
+# moves $4m$, as in the worked example above). Its bytes alone, as a function:
+#
+# ```python
+# def analyzer_02(dims, shape, rows, micro_batches, nbytes=2):
+#     """Notebook 02's iteration_costs, its bytes only: {"tp", "dp", "pp"}, message bytes per
+#     GPU (pp: a first or last stage)."""
+#     pp, dp, tp = shape
+#     L, h, s = dims["blocks"], dims["hidden"], dims["seq"]
+#     b = rows // (dp * micro_batches)
+#     activation = b * s * h * nbytes
+#     return {"tp": 4 * (L // pp) * micro_batches * activation if tp > 1 else 0,
+#             "dp": 12 * L * h**2 / (tp * pp) * nbytes if dp > 1 else 0,
+#             "pp": 2 * micro_batches * activation if pp > 1 else 0}
+# ```
+#
+# On the check's run (4 blocks, hidden 8, ff 16, 3 positions, 8 rows, 2 micro-batches, grid
+# (2, 2, 2)), with this run's 8-byte values instead of its 16-bit default, it says, against
+# what every rank moved:
+#
+# | group | notebook 02's analyzer | measured |
+# | --- | --- | --- |
+# | TP | 6144 B | 3072 B |
+# | DP | 6144 B | 2560 B |
+# | PP | 1536 B | 1536 B |
+#
+# Where it is off, group by group:
 #
 # * **TP**: it counts 4 all-reduces per layer (attention and MLP); these blocks have the MLP
 #   only, 2: twice the run's bytes.
@@ -756,29 +795,11 @@ grade(group_bytes)
 #   it divides them all by TP, where the LayerNorm and fc2's bias stay whole on every TP rank.
 #   The biases and norms it leaves out are small for a real model ($h$ in the thousands), and
 #   a large share here (40 of 296).
-# * **PP**: the same $2m$ messages of one micro-batch's activations per boundary: it agrees.
+# * **PP**: two stages, so every stage is an end: $2m$ messages of one micro-batch's
+#   activations, as the run moved.
 #
 # A model is right when it counts what the code does: the analyzer was written for ranking
 # layouts of large models, where its approximations are small.
-
-# %%
-def analyzer_02(dims, shape, rows, micro_batches, nbytes=2):
-    """Notebook 02's iteration_costs, its bytes only: (dp, tp, pp) message bytes per GPU."""
-    pp, dp, tp = shape
-    L, h, s = dims["blocks"], dims["hidden"], dims["seq"]
-    b = rows // (dp * micro_batches)
-    activation = b * s * h * nbytes
-    return {"tp": 4 * (L // pp) * micro_batches * activation if tp > 1 else 0,
-            "dp": 12 * L * h**2 / (tp * pp) * nbytes if dp > 1 else 0,
-            "pp": 2 * micro_batches * activation if pp > 1 else 0}
-
-
-analyzer = analyzer_02(DIMS, (2, 2, 2), 8, 2, nbytes=8)  # float64, like the run
-for name in ("tp", "dp", "pp"):
-    print(f"{name}: 02 analyzer {analyzer[name]:.0f} B, measured {measured[0][name]} B")
-show_bytes([(name, {"02 analyzer": analyzer[name], "measured": measured[0][name]})
-            for name in ("tp", "dp", "pp")],
-           "One step of the 8-rank run, bytes per rank by group")
 
 # %% [markdown]
 # ## 5. Memory, and choosing a layout
@@ -896,12 +917,14 @@ for zero1, layout in picks.items():
     assert layout is not None and dict(candidates(1e12, 3072, 8, 128, zero1))[layout] <= LIMIT, \
         f"zero1={zero1}: {layout} is not a layout that fits"
 assert choose_layout(candidates(1e9, 64, 8, 24), LIMIT) == (64, 1, 1), "a model that fits one GPU"
+assert choose_layout(candidates(1e9, 24, 8, 3), 6e9) == (8, 1, 3), \
+    "1B parameters in 3 layers, 24 GPUs of 8 a server, 6 GB a GPU: not the fastest layout that fits"
 assert picks[False] == (6, 8, 64), "without ZeRO-1: not the layout of the paper's Table 1"
-print("✓ choose_layout picks layouts that fit, and the paper's without ZeRO-1 (the hidden "
-      "tests judge many more clusters)")
+print("✓ choose_layout picks layouts that fit, the fastest on two small clusters, and the "
+      "paper's without ZeRO-1 (the hidden tests judge many more clusters)")
 for zero1, (dp, tp, pp) in picks.items():
     rows = candidates(1e12, 3072, 8, 128, zero1)
-    print(f"1T parameters, 3072 GPUs, zero1={zero1}: yours dp={dp} tp={tp} pp={pp}, "
+    print(f"~1T parameters, 3072 GPUs, zero1={zero1}: yours dp={dp} tp={tp} pp={pp}, "
           f"{layout_memory(1e12, dp, tp, pp, zero1) / 1e9:.1f} GB of model states per GPU")
     show_layouts([(f"tp{t} pp{p}", nbytes, (d, t, p) == (dp, tp, pp)) for (d, t, p), nbytes
                   in rows if t in (1, tp)], LIMIT, f"zero1={zero1}: model states per GPU",

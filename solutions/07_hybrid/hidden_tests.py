@@ -3,9 +3,9 @@ unravel_index, the TP block, DTensor + FSDP2, 3-D training and the tied weight's
 real ranks against one process, the bytes by group and the memory of a layout against
 formulas written here.
 
-The rank exercises run in a harness of this module (by value, as the learner's code:
-checks.on_ranks), in a short-timeout gloo group whose subgroups are built here from trusted rank
-lists.
+The rank exercises run in a harness of this module (by value, as the learner's code), in the
+shared case loop (checks.run_cases on the ranks, checks.each_case here): a short-timeout gloo
+group whose subgroups are built here from trusted rank lists.
 An exercise that uses another's answer gets a trusted one: train_3d trains models of this
 module's _TPBlock, so a mistake in TPBlock costs its own points only. Beside the values,
 every rank's collectives are recorded with their group's members (recorder.py): the TP
@@ -22,11 +22,10 @@ from autograder.exercises import exercise
 from autograder.exercises.checks import (
     check_close,
     check_tensor,
+    each_case,
     first_rank_failure,
-    on_ranks,
-    rank_failure,
     recording,
-    short_group,
+    run_cases,
 )
 
 FLOP_SLACK = 1.25
@@ -204,17 +203,9 @@ def _subgroups(shape):
 
 
 def _harness(rank, world_size, fn, run, cases):
-    """Each case through run (_run_block, _run_2d or _run_3d) in a short-timeout group: ("ok",
-    value) or (kind, text), stopping at the first failure. Nothing is judged here."""
-    results = []
-    with short_group(rank, world_size):
-        for case in cases:
-            try:
-                results.append(("ok", run(fn, rank, case)))
-            except Exception as err:  # noqa: BLE001 - reported as the case's failure
-                results.append(rank_failure(err, "raised"))
-                break
-    return results
+    """Each case through run (_run_block, _run_shard_2d, _run_3d or _run_tied) in the shared
+    case loop (checks.run_cases). Nothing is judged here."""
+    return run_cases(rank, world_size, cases, lambda case: run(fn, rank, case))
 
 
 def _run_block(cls, rank, case):
@@ -244,6 +235,8 @@ def _run_3d(fn, rank, case):
     import torch
     from torch import nn
 
+    from distlab.intercept import intercepting
+
     shape = case["shape"]
     groups = _subgroups(shape)
     p = _oracle_coords(rank, shape)[0]
@@ -252,7 +245,8 @@ def _run_3d(fn, rank, case):
     x, y = _batch(case["rows"], case["seq"], case["hidden"], case["seed"])
     seen = []  # the first stage's inputs: rows of x
     hook = stage.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
-    with recording(saved=False) as rec:
+    with recording(saved=False) as rec, intercepting(("send", "recv"), _neighbours_only(rank,
+                                                                                       shape)):
         fn(stage, x, y, _groups_for_learner(groups), steps=case["steps"], lr=case["lr"],
            micro_batches=case["micro_batches"])
     hook.remove()
@@ -262,6 +256,26 @@ def _run_3d(fn, rank, case):
                 for h in seen[:case["micro_batches"]]]
     return {"params": [t.detach().clone() for t in stage.parameters()], "rec": rec.summary(),
             "rows": rows}
+
+
+def _neighbours_only(rank, shape):
+    """A stand-in maker for dist.send and dist.recv that refuses a peer outside the stages
+    before and after this rank's in its own pipeline, before the call can wait forever."""
+    pipeline = next(g for g in _oracle_groups(shape, 0) if rank in g)
+    q = pipeline.index(rank)
+    neighbours = sorted(pipeline[k] for k in (q - 1, q + 1) if 0 <= k < len(pipeline))
+
+    def wrap(name, real):
+        def call(*args, **kwargs):
+            peer = kwargs.get("dst", kwargs.get("src", args[1] if len(args) > 1 else None))
+            if peer is not None and int(peer) not in neighbours:
+                raise AssertionError(
+                    f"rank {rank} (stage {q} of the pipeline {pipeline}) called dist.{name} "
+                    f"with rank {peer}; a stage talks to the stages before and after it in its "
+                    f"own pipeline only ({neighbours}): its PP group, in the group's order")
+            return real(*args, **kwargs)
+        return call
+    return wrap
 
 
 # One harness per test: what the judge ships with a test's requests is its harness and what
@@ -314,10 +328,6 @@ def _run_shard_2d(fn, rank, case):
     with torch.no_grad():  # the trained model, judged by what it computes
         out = model(probe)
     return {"placements": placements, "calls": calls, "out": out.detach().clone()}
-
-
-def _entries(results, index):
-    return [r[index] if index < len(r) else ("broken", "stopped early") for r in results]
 
 
 # ---------------------------------------------------------------- here: oracles and verdicts
@@ -405,13 +415,11 @@ def TPBlock(cls, rng):  # noqa: N802 - the exercise is named after the learner's
             grad = torch.from_numpy(rng.standard_normal((*lead, hidden)))
             cases.append({"shape": shape, "hidden": hidden, "ff": ff,
                           "seed": int(rng.integers(1000)), "x": x, "grad": grad})
-        results = on_ranks(_block_harness, cls, n, cases)
-        for index, case in enumerate(cases):
+        for case, entries in each_case(_block_harness, cls, n, cases):
             shape, hidden, ff = case["shape"], case["hidden"], case["ff"]
             tp = shape[2]
             where = (f"world_size={n}, TP groups {_oracle_groups(shape, 2)}, hidden={hidden}, "
                      f"ff={ff}, x {tuple(case['x'].shape)}")
-            entries = _entries(results, index)
             first_rank_failure(where, entries)
             block = _block(hidden, ff, case["seed"])
             x = case["x"].clone().requires_grad_()
@@ -539,11 +547,13 @@ def train_3d(fn, rng):
     from distlab import require_filled
 
     require_filled(fn)
-    # (2, 2, 1): two stages, each with 2 replicas: a replica index from global-rank arithmetic
-    # (rank // TP of world // TP replicas) holds only where PP is 1
-    # (judged first, with 2 rows a micro-batch so that the wrong count does not crash)
-    layouts = {4: [(2, 2, 1), (2, 1, 2), (4, 1, 1), (1, 2, 2)], 2: [(2, 1, 1)], 8: [(2, 2, 2)]}
-    for n, shapes in layouts.items():
+    # (2, 2, 1): two stages, each with 2 replicas: a stage numbered by global rank (the bug
+    # report's line) holds only where the world is one pipeline; judged first, with 2 rows a
+    # micro-batch so that a wrong count does not crash
+    # (2, 2, 1) alone: TP 1, so a rank that refuses a wrong peer leaves no TP all-reduce waiting
+    layouts = [(4, [(2, 2, 1)]), (4, [(2, 1, 2), (4, 1, 1), (1, 2, 2)]), (2, [(2, 1, 1)]),
+               (8, [(2, 2, 2)])]
+    for n, shapes in layouts:
         cases = []
         for shape in shapes:
             pp, dp, tp = shape
@@ -554,14 +564,12 @@ def train_3d(fn, rng):
                           "rows": dp * micro * per, "micro_batches": micro,
                           "seed": int(rng.integers(1000)), "steps": 2,
                           "lr": float(rng.uniform(0.05, 0.2))})
-        results = on_ranks(_3d_harness, fn, n, cases)
-        for index, case in enumerate(cases):
+        for case, entries in each_case(_3d_harness, fn, n, cases):
             shape = case["shape"]
             pp = shape[0]
             where = (f"world_size={n}, {_layout_text(shape)}, {case['micro_batches']} "
                      f"micro-batch(es), hidden={case['hidden']}, ff={case['ff']}, "
                      f"{case['rows']} rows")
-            entries = _entries(results, index)
             first_rank_failure(where, entries)
             model, whole = _train_plain(pp, case["hidden"], case["ff"], case["seq"],
                                         case["rows"], case["seed"], case["steps"], case["lr"])
@@ -594,10 +602,11 @@ def _check_pipeline(where, rank, rec, shape, case):
     point = [c for c in rec["calls"] if c["kind"] in ("send", "recv")]
     want = 2 * len(neighbours) * case["micro_batches"] * case["steps"]
     if len(point) != want:
-        raise AssertionError(f"{where}: rank {rank} (stage {p}) made {len(point)} sends and "
-                             f"receives; per step and micro-batch it receives one activation "
-                             "and one gradient from its neighbour stages and sends one of each "
-                             f"back: {want} in all")
+        raise AssertionError(f"{where}: rank {rank} (stage {p} of the pipeline {pipeline}) made "
+                             f"{len(point)} sends and receives; per step and micro-batch it "
+                             "receives one activation and one gradient from its neighbour "
+                             "stages and sends one of each back: "
+                             f"{want} in all, in its own pipeline only")
 
 
 def _tied_harness(rank, world_size, fn, cases):
@@ -661,12 +670,10 @@ def sync_tied(fn, rng):
         cases = [{"shape": shape, "hidden": int(rng.integers(2, 6)),
                   "rows": shape[1] * int(rng.integers(1, 4)), "seed": int(rng.integers(1000))}
                  for shape in shapes]
-        results = on_ranks(_tied_harness, fn, n, cases)
-        for index, case in enumerate(cases):
+        for case, entries in each_case(_tied_harness, fn, n, cases):
             shape = case["shape"]
             pp, dp, _ = shape
             where = f"world_size={n}, {_layout_text(shape)}, {case['rows']} rows"
-            entries = _entries(results, index)
             first_rank_failure(where, entries)
             want = _tied_use(shape, case["hidden"], case["rows"], case["seed"], None, None)
             pipelines = _oracle_groups(shape, 0)
@@ -769,12 +776,10 @@ def shard_2d(fn, rng):
                       "ff": 2 * int(rng.integers(1, 4)), "seq": int(rng.integers(1, 3)),
                       "rows": 2 * int(rng.integers(1, 3)), "seed": int(rng.integers(1000)),
                       "steps": 2, "lr": float(rng.uniform(0.05, 0.2))})
-    results = on_ranks(_shard_2d_harness, fn, 4, cases)
-    for index, case in enumerate(cases):
+    for case, entries in each_case(_shard_2d_harness, fn, 4, cases):
         blocks = case["blocks"]
         where = (f"4 ranks, DeviceMesh (dp 2, tp 2), {blocks} blocks, hidden={case['hidden']}, "
                  f"ff={case['ff']}")
-        entries = _entries(results, index)
         first_rank_failure(where, entries)
         model, _ = _train_plain(blocks, case["hidden"], case["ff"], case["seq"], case["rows"],
                                 case["seed"], case["steps"], case["lr"])

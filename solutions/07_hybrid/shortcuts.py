@@ -1,10 +1,10 @@
 """Shortcuts of notebook 07 (DP x TP x PP): blank fills that earn the values without the idea
-(f before the LayerNorm or left out, gradients averaged over the world or the TP group, the
-linears' splits swapped, the tied weight's two uses averaged or its replicas summed or the
-whole pipeline taken for the embedding group, 02's four TP all-reduces a layer, the
-replicated parameters divided by TP, ZeRO-1 ignored, the fewest stages or TP up to a server
-before the least model parallelism, ties left to row order), and correct answers written
-otherwise."""
+(f before the LayerNorm or left out, the stages numbered by global rank or along the DP or TP
+group, the FSDP units without a root around the blocks or one unit for all, the tied weight's
+two uses averaged or its replicas summed or the whole pipeline taken for the embedding group,
+02's four TP all-reduces a layer, the replicated parameters divided by TP, ZeRO-1 ignored, the
+fewest stages or TP up to a server before the least model parallelism, ties left to row
+order), and correct answers written otherwise."""
 
 from shortcuts import Shortcut
 
@@ -17,13 +17,19 @@ SHORTCUTS = [
     Shortcut("TPBlock", {1: "F.gelu(F.linear(self.norm(x), self.w1, self.b1)) + "
                             "0 * self.f.apply(x).sum()"},
              "f called on the input where it changes nothing", "the input's gradient"),
-    Shortcut("train_3d", {1: "dist.all_reduce(param.grad); param.grad /= dist.get_world_size()"},
-             "the bug report's line kept: gradients averaged over the world", "world"),
-    Shortcut("shard_2d", {1: '{"fc1": RowwiseParallel(), "fc2": ColwiseParallel()}'},
-             "the two linears' splits swapped", "features"),
-    Shortcut("train_3d", {1: 'dist.all_reduce(param.grad, group=groups["tp"]); '
-                          'param.grad /= n_d'},
-             "the gradient averaged over the TP group (a grid with TP > 1)", "in its TP group"),
+    Shortcut("train_3d", {1: "pipeline = list(range(dist.get_world_size())); p = dist.get_rank()"},
+             "the bug report's line kept: the stages numbered by global rank", "pipeline"),
+    Shortcut("train_3d", {1: 'pipeline = dist.get_process_group_ranks(groups["dp"]); '
+                          'p = pipeline.index(dist.get_rank())'},
+             "the DP group taken for the pipeline", "pipeline"),
+    Shortcut("train_3d", {1: 'pipeline = dist.get_process_group_ranks(groups["tp"]); '
+                          'p = pipeline.index(dist.get_rank())'},
+             "the TP group taken for the pipeline (rank ± 1 on the grid)", "pipeline"),
+    Shortcut("shard_2d", {1: "list(model)"},
+             "a unit per block and no unit around them: every block a root, kept whole from "
+             "its forward to its backward", "root"),
+    Shortcut("shard_2d", {1: "[model]"},
+             "the whole model one unit: every block whole at once", "several blocks in one unit"),
     Shortcut("sync_tied", {1: 'dist.all_reduce(grad, group=groups["tied"]); '
                               'grad /= dist.get_world_size(groups["tied"]); '
                               'dist.all_reduce(grad, group=groups["dp"]); '
@@ -74,11 +80,10 @@ HONEST = [
              "the other coordinates, by enumerate"),
     Shortcut("TPBlock", {1: "F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1) + self.b1)"},
              "the bias added outside F.linear"),
-    Shortcut("train_3d", {1: 'dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, '
-                             'group=groups.get("dp"))'},
-             "the average by ReduceOp.AVG"),
-    Shortcut("shard_2d", {1: 'dict(fc2=RowwiseParallel(), fc1=ColwiseParallel())'},
-             "the plan by dict()"),
+    Shortcut("train_3d", {1: 'pipeline = dist.get_process_group_ranks(groups.get("pp")); '
+                             'p = dist.get_rank(groups.get("pp"))'},
+             "the stage by dist.get_rank of the PP group"),
+    Shortcut("shard_2d", {1: "list(model) + [model]"}, "the units by list concatenation"),
     Shortcut("sync_tied", {1: 'dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=groups["dp"]); '
                               'dist.all_reduce(grad, group=groups["tied"])'},
              "the replicas averaged first, by ReduceOp.AVG"),
@@ -91,5 +96,5 @@ HONEST = [
 
 # The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
 # made from the right one); that blank must cost its point and be named in the feedback.
-WRONG = ("train_3d", 1, lambda answer: "dist.all_reduce(param.grad); "
-                                         "param.grad /= dist.get_world_size()")
+WRONG = ("train_3d", 1, lambda answer: "pipeline = list(range(dist.get_world_size())); "
+                                         "p = dist.get_rank()")
