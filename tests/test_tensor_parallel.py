@@ -18,8 +18,8 @@ from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (
 
 ASSIGNMENT = "04_tensor_parallel"
 nb = Notebook(ASSIGNMENT)
-# tp_region's blank with no g: the ranks' partial sums of the output are never added
-NO_G = ("region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), "
+# tp_region's blank with no f: the gradient of x is never summed over the ranks' branches
+NO_F = ("region_in = lambda x, w, b: F.linear(x, shard(w, rank, world_size, 0), "
         "shard(b, rank, world_size, 0)); last = lambda h, w: F.linear(h, shard(w, rank, "
         "world_size, 1))")
 NAMES = ["column_parallel_forward", "row_parallel_forward",
@@ -50,10 +50,10 @@ def test_a_wrong_f_and_g_costs_only_their_own_points():
     tp_region)?"""
     swapped = nb.variant("megatron_f_g", 1, "f_backward, g_backward = "
                                            "(lambda grad: grad), all_reduce_sum")
-    no_g = nb.variant("tp_region", 1, NO_G)
+    no_f = nb.variant("tp_region", 1, NO_F)
     for name in ("tp_region", "tp_attention"):
         fn = reference.reference(name)
-        globs = dict(fn.__globals__, megatron_f_g=swapped, tp_region=no_g)
+        globs = dict(fn.__globals__, megatron_f_g=swapped, tp_region=no_f)
         assert fails(name, type(fn)(fn.__code__, globs, fn.__name__, fn.__defaults__)) == ""
 
 
@@ -68,7 +68,7 @@ def test_a_missing_all_reduce_on_some_ranks_fails_in_seconds():
 
 
 @pytest.mark.parametrize(("name", "number", "wrong"), [
-    ("tp_region", 1, NO_G),
+    ("tp_region", 1, NO_F),
     ("megatron_f_g", 1, "f_backward, g_backward = all_reduce_sum, all_reduce_sum"),
 ])
 def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong, monkeypatch):

@@ -110,15 +110,16 @@ for size in (6, 7):
 # shows who holds what: each colour a rank, grey held whole by every rank. **At the end** every
 # rank must hold the whole output $y$, `(..., out)`. The input may have any number of leading
 # dimensions, as for `nn.Linear`: `(batch, in)` or `(batch, sequence, in)`. **The budget**:
-# each rank multiplies only by its own rows, and sends, counted as a ring sends (notebook 01),
+# each rank multiplies only by its own rows, and sends, counted as a ring would send (notebook 01),
 # *less* than $S$ bytes, $S$ the bytes of $y$, whatever $N$.
 
 # %%
 show_split("column", world_size=4)
 
 # %% [markdown]
-# What rank $r$ computes alone is given, `y_mine`: its output features. Write what makes every
-# rank hold `y`.
+# The cut is made for you: rank $r$ receives its rows, and what it computes alone with them is
+# given, `y_mine`, its output features. The blank is the communication: what makes every rank
+# hold `y`, within the budget.
 
 # %% solution="column_parallel_forward" drill
 def column_parallel_forward(rank, world_size, x, w_shard, b_shard):
@@ -198,7 +199,7 @@ grade(column_parallel_forward)
 # weight (its shard along dimension 1) and only the matching features $x_r$ of the input. The
 # bias is not split: every rank holds it whole. **At the end** every rank must hold the whole
 # $y = xW^\top + b$. **The budget**: each rank multiplies only by its own columns, and sends,
-# counted as a ring sends, no more than $2S$ bytes, $S$ the bytes of $y$, whatever $N$.
+# counted as a ring would send, no more than $2S$ bytes, $S$ the bytes of $y$, whatever $N$.
 
 # %%
 show_split("row", world_size=4)
@@ -332,7 +333,8 @@ for rank, grads in enumerate(run(seed_on_ranks, x, layer.weight.detach(), grad_y
 # holds the same $x = 2$ and its own weight $a_r = r + 1$, and computes $y = \sum_q a_q x$ with
 # an all-reduce; then every rank computes the **same** loss from $y$, $L = y$ (one loss,
 # computed by the same code on every rank, as in training). $L = y = 3x$, so
-# $\partial L/\partial x = 3$. What does autograd say, on each rank?
+# $\partial L/\partial x = 3$. What does autograd say, on each rank? (The demo then all-gathers
+# every rank's term $a_r x$ into a list, and asks whether what arrives requires grad.)
 
 # %%
 def autograd_through_all_reduce(rank, world_size):
@@ -342,12 +344,16 @@ def autograd_through_all_reduce(rank, world_size):
     with warnings.catch_warnings(record=True) as caught:  # kept, to print below
         warnings.simplefilter("always")
         y.sum().backward()  # L = y, the same on every rank
-    return y.item(), x.grad.item(), [str(w.message).split(". ")[0] for w in caught]
+        terms = [torch.empty(1) for _ in range(world_size)]
+        dist.all_gather(terms, (rank + 1.0) * x)  # every rank's a_r x, into a list
+    return (y.item(), x.grad.item(), [str(w.message).split(". ")[0] for w in caught],
+            [term.requires_grad for term in terms])
 
 
-for rank, (y, grad, said) in enumerate(run(autograd_through_all_reduce, world_size=2)):
+for rank, (y, grad, said, gathered) in enumerate(run(autograd_through_all_reduce,
+                                                     world_size=2)):
     print(f"rank {rank}: y = {y:g}, autograd's dL/dx = {grad:g} (the loss's: 3); torch said: "
-          f"{said}")
+          f"{said}; the all-gathered terms require grad: {gathered}")
 
 # %% [markdown]
 # On torch 2.13 autograd printed 1 and 2 where the loss's gradient is 3. `dist.all_reduce`,
@@ -360,8 +366,8 @@ for rank, (y, grad, said) in enumerate(run(autograd_through_all_reduce, world_si
 # prints it at its first backward through an all-reduce and never again. distlab sends the
 # ranks' stderr to a log file (you see it above only because the demo records it), and a
 # training script's many ranks often bury it. An all-gather into a list is worse in another
-# way: its outputs do not require grad at all, so the graph is cut silently. The gradients of
-# x are wrong, and nothing fails.
+# way: as each rank's line ends, its outputs do not require grad at all (and torch says
+# nothing), so the graph is cut there. The gradients of x are wrong, and nothing fails.
 #
 # Megatron-LM therefore puts every collective inside a `torch.autograd.Function`, which states
 # its backward explicitly. Such a Function has two static methods: `forward(ctx, inputs...)`
@@ -497,11 +503,6 @@ grade(megatron_f_g)
 # gives $\partial L/\partial x$ = 2 and 4, and 6 on both ranks with f, where the loss's is 3
 # (torch 2.13).
 #
-# **Where they stand in a layer.** f stands where a region begins: its input is whole on every
-# rank, and every rank's split layers read all of it. g stands where it ends: each rank holds a
-# tensor shaped like the region's output, what its own split layers computed, and the layers
-# after it need the output itself, whole.
-#
 # **The seed's backward, fixed.** In section 3's layer $x$ reached every output feature through
 # every rank's rows, so $\partial L/\partial x = \sum_r \bar y_r W_r$: each rank holds one term,
 # and the all-reduce is f's backward at the layer's input. The weight and bias gradients of a
@@ -551,9 +552,10 @@ def tp_mlp(rank, world_size, x, w1, b1, w2, b2, ops=None):
 
 
 # %% [markdown]
-# Choose the cuts, and put f and g where your layout needs them; autograd does the rest. Both
-# ends are one choice, so they are one blank. `region_out` is given: it adds the bias $b$,
-# whole, to what your `last(h, w)` returns, so write `last` without it.
+# `region_out` is given: it passes what your `last(h, w)` returns through g, then adds the bias
+# $b$, whole. Write `region_in` and `last`: which part of each weight a rank multiplies by
+# (`shard` cuts it), and where section 4's operators are needed; autograd does the rest. Both
+# ends are one choice, so they are one blank.
 
 # %% solution="tp_region"
 def tp_region(rank, world_size, ops=None):
@@ -562,14 +564,14 @@ def tp_region(rank, world_size, ops=None):
 
     region_in(x, w, b): the region's first layer, F.linear(x, w, b), with x whole on every
     rank; returns what this rank computes of it. region_out(h, w, b): the region's last layer,
-    F.linear(h, w, b), on h as this rank holds it: last(h, w), then the bias. w and b: the
-    full parameters of the layer.
+    F.linear(h, w, b), on h as this rank holds it: g of last(h, w), then the bias. w and b:
+    the full parameters of the layer.
     """
     f, g = ops or megatron_f_g()
-    region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: g.apply(F.linear(h, shard(w, rank, world_size, 1)))  # BLANK `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: g.apply(F.linear(h, shard(w, rank, world_size, 1)))` region_in, and last: the last layer without its bias (two functions: def or lambda) # ACCEPT `region_in = lambda x, w, b: f.apply(x) @ w.chunk(world_size)[rank].t() + b.chunk(world_size)[rank]; last = lambda h, w: g.apply(h @ w.chunk(world_size, dim=-1)[rank].t())` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, -1)); last = lambda h, w: g.apply(F.linear(h, shard(w, rank, world_size, 1)))` # REJECT `region_in = lambda x, w, b: F.linear(x, shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: g.apply(F.linear(h, shard(w, rank, world_size, 1)))` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: F.linear(h, shard(w, rank, world_size, 1))` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: f.apply(F.linear(h, shard(w, rank, world_size, 1)))` `region_in = lambda x, w, b: F.linear(f.apply(x), w, b); last = lambda h, w: g.apply(F.linear(h, w) / world_size)`
+    region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: F.linear(h, shard(w, rank, world_size, 1))  # BLANK `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: F.linear(h, shard(w, rank, world_size, 1))` region_in, and last: the last layer without g and its bias (two functions: def or lambda) # ACCEPT `region_in = lambda x, w, b: f.apply(x) @ w.chunk(world_size)[rank].t() + b.chunk(world_size)[rank]; last = lambda h, w: h @ w.chunk(world_size, dim=-1)[rank].t()` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, -1)); last = lambda h, w: F.linear(h, shard(w, rank, world_size, 1))` # REJECT `region_in = lambda x, w, b: F.linear(x, shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: F.linear(h, shard(w, rank, world_size, 1))` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: F.linear(h, shard(w, rank, world_size, 0))` `region_in = lambda x, w, b: F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: g.apply(F.linear(h, shard(w, rank, world_size, 1)))` `region_in = lambda x, w, b: F.linear(f.apply(x), w, b); last = lambda h, w: F.linear(h, w) / world_size` `region_in = lambda x, w, b: F.linear(g.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0)); last = lambda h, w: F.linear(h, shard(w, rank, world_size, 1))`
 
     def region_out(h, w, b):
-        return last(h, w) + b
+        return g.apply(last(h, w)) + b
 
     return region_in, region_out
 
@@ -577,8 +579,9 @@ def tp_region(rank, world_size, ops=None):
 # %% [markdown]
 # The check runs one forward and backward of `tp_mlp` on 2 and on 4 ranks and compares with
 # the single-device MLP: the output and $\partial L/\partial x$ on every rank, and every weight
-# gradient, compared with the single device's. It fails on torch's warnings, if any. It does not measure each rank's work: the
-# hidden tests do (about $\frac{1}{N}$ of the multiplications, whatever computes them).
+# gradient, compared with the single device's. It fails on torch's warnings, if any. It does
+# not measure each rank's work: the hidden tests do (about $\frac{1}{N}$ of the
+# multiplications, whatever computes them).
 
 # %%
 require_filled(megatron_f_g)  # names any blank still empty
@@ -636,7 +639,10 @@ reveal("tp_region")
 # Issue 50, round 7: the ends are the learner's helpers, so that section 6's given attention
 # (which ends in region_out) shows neither the cut, nor g, nor where the bias goes. Round 9:
 # region_out, which adds the bias after last(h, w), is given: where the bias goes is asked once,
-# in row_parallel_forward; here the blank is the cuts and where f and g stand.
+# in row_parallel_forward; here the blank is the cuts and where f and g stand. Round 10: g is
+# given too (region_out passes last(h, w) through g): the sum of partial sums is asked in
+# row_parallel_forward and megatron_f_g only; the blank is Megatron's pairing of the two cuts
+# (and f at the region's start).
 from autograder.grade_cell import grade
 grade(tp_region)
 ### END HIDDEN TESTS
@@ -652,6 +658,12 @@ grade(tp_region)
 # its columns, section 2's cut, whose products are partial sums of the output. g adds them
 # (the one message), and $b_2$ goes in after g, once, as in section 2. f stands where $x$,
 # whole on every rank, enters the first layer, so that its gradient is summed over the ranks.
+#
+# **Where f and g stand in any region.** f where it begins: its input is whole on every rank,
+# and every rank's split layers read all of it. g where it ends: each rank holds a tensor
+# shaped like the region's output, what its own split layers computed, and the layers after it
+# need the output itself, whole. Nothing stands between them: what runs inside the region (the
+# GeLU here, the heads' attention in section 6) runs on each rank alone.
 
 # %% [markdown]
 # ## 6. Attention with its heads split
@@ -672,7 +684,7 @@ grade(tp_region)
 # $(r+1)\frac{n_h}{N} - 1$, within the MLP's budget: one collective forward, one backward,
 # $\frac{1}{N}$ of the work; the whole output on every rank. The layer ends in your
 # `region_out`, with the output projection's full parameters $W_o$ and $b_o$. The blank is its
-# start: this rank's $q$, $k$ and $v$.
+# start, up to `qkv`.
 #
 # The plumbing, written for you: `split_heads` and `merge_heads` reshape between
 # `(batch, seq, heads * head_dim)` and `(batch, heads, seq, head_dim)`, `attend` is causal
@@ -716,7 +728,7 @@ def tp_attention(rank, world_size, x, wqkv, wo, bo, num_heads):
     if num_heads % world_size != 0:
         raise ValueError(f"{num_heads} heads cannot be split evenly over {world_size} ranks")
     _, region_out = tp_region(rank, world_size)
-    f, _ = megatron_f_g(); mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); qkv = F.linear(f.apply(x), torch.cat([w[mine] for w in wqkv.chunk(3)]))  # BLANK `f, _ = megatron_f_g(); mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); qkv = F.linear(f.apply(x), torch.cat([w[mine] for w in wqkv.chunk(3)]))` qkv, this rank's q, k and v side by side: (batch, seq, 3d/N) (a few statements) # ACCEPT `f = megatron_f_g()[0]; head_dim = x.shape[-1] // num_heads; k = num_heads // world_size * head_dim; mine = slice(rank * k, (rank + 1) * k); wq, wk, wv = wqkv.chunk(3); qkv = f.apply(x) @ torch.cat((wq[mine], wk[mine], wv[mine]), dim=0).t()` # REJECT `f, _ = megatron_f_g(); mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); qkv = F.linear(f.apply(x), shard(wqkv, rank, world_size, 0))` `f, _ = megatron_f_g(); mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); qkv = F.linear(x, torch.cat([w[mine] for w in wqkv.chunk(3)]))` `f, _ = megatron_f_g(); mine = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); qkv = F.linear(f.apply(x), torch.cat([w[mine] for w in wqkv.chunk(3)]))` `f, _ = megatron_f_g(); mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); qkv = F.linear(f.apply(x), wqkv[mine].repeat(3, 1))`
+    f, _ = megatron_f_g(); mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); qkv = F.linear(f.apply(x), torch.cat([w[mine] for w in wqkv.chunk(3)]))  # BLANK `f, _ = megatron_f_g(); mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); qkv = F.linear(f.apply(x), torch.cat([w[mine] for w in wqkv.chunk(3)]))` qkv: (batch, seq, 3d/N) (a few statements) # ACCEPT `f = megatron_f_g()[0]; head_dim = x.shape[-1] // num_heads; k = num_heads // world_size * head_dim; mine = slice(rank * k, (rank + 1) * k); wq, wk, wv = wqkv.chunk(3); qkv = f.apply(x) @ torch.cat((wq[mine], wk[mine], wv[mine]), dim=0).t()` # REJECT `f, _ = megatron_f_g(); mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); qkv = F.linear(f.apply(x), shard(wqkv, rank, world_size, 0))` `f, _ = megatron_f_g(); mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); qkv = F.linear(x, torch.cat([w[mine] for w in wqkv.chunk(3)]))` `f, _ = megatron_f_g(); mine = slice(rank * num_heads // world_size, (rank + 1) * num_heads // world_size); qkv = F.linear(f.apply(x), torch.cat([w[mine] for w in wqkv.chunk(3)]))` `f, _ = megatron_f_g(); mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); qkv = F.linear(f.apply(x), wqkv[mine].repeat(3, 1))`
     q, k, v = (split_heads(t, num_heads // world_size) for t in qkv.chunk(3, dim=-1))
     return region_out(merge_heads(attend(q, k, v)), wo, bo)
 
@@ -869,10 +881,10 @@ grade(mlp_bytes)
 # only for $h = 3d$; and it is two messages instead of one. In the backward pass yours sends
 # one all-reduce of $b \times d$; the other needs one collective per layer: the second layer's
 # input was all-gathered, so the gradient of its input is a sum over the ranks of which each
-# rank keeps only its own hidden units, a **reduce-scatter** of $b \times h$
-# ($\frac{N-1}{N}\,b\,h\,e$, half what an all-reduce of it would send), and the first layer's
-# input gradient an all-reduce of $b \times d$: $\frac{h + 2d}{2d} = 3$ times yours for
-# $h = 4d$.
+# rank needs only its own hidden units, a collective on $b \times h$ that section 8 comes
+# back to (it can send $\frac{N-1}{N}\,b\,h\,e$, half what an all-reduce of it would), and
+# the first layer's input gradient an all-reduce of $b \times d$: $\frac{h + 2d}{2d} = 3$
+# times yours for $h = 4d$.
 #
 # One training step of your MLP, forward and backward, on 2 and 4 ranks:
 
@@ -959,15 +971,25 @@ print("✓ 2 collectives forward, 2 backward")
 # positions; Megatron-LM keeps one with its RNG tracker.)
 #
 # **The situation.** Megatron orders activations as **(sequence, batch, d)**, so the sequence is
-# dimension 0. At the end of a block every rank holds a tensor `t` over *every* position.
-# **In between**, rank $r$ must hold only its positions of the sum of the
-# ranks' `t`, rows $r\frac{s}{N}$ to $(r+1)\frac{s}{N} - 1$ (where the layer norm would run);
-# **at the end** every rank must hold the whole sum, for the next block. The second step is given:
-# `gather_rows(part)` returns every rank's `part`, stacked along dimension 0 in rank order.
-# Write the first, `rows_of_sum(t)`. **The budget**: both steps together send no more bytes
-# than one all-reduce of `t`.
+# dimension 0. At the end of a block rank $q$ holds a tensor $t_q$ over *every* position, and
+# the block's output is $t_0 + \dots + t_{N-1}$, as g would make it. Who must hold what, on 2
+# ranks and $s = 4$ positions (rows):
 #
-# The single-tensor collectives, each on an example of its own (every rank calls the line):
+# ```text
+#                   rank 0 holds                 rank 1 holds
+# first             t_0, rows 0-3                t_1, rows 0-3
+# in between        rows 0-1 of (t_0 + t_1)      rows 2-3 of (t_0 + t_1)     <- the norm region
+# at the end        rows 0-3 of (t_0 + t_1)      rows 0-3 of (t_0 + t_1)     <- the next block
+# ```
+#
+# On $N$ ranks, "in between" rank $r$ holds rows $r\frac{s}{N}$ to $(r+1)\frac{s}{N} - 1$.
+# The step to the end is given: `gather_rows(part)` returns every rank's `part`, stacked along
+# dimension 0 in rank order (it is defined after your check). Write the step in between,
+# `rows_of_sum(t)`. **The budget**: both steps together send, counted as a ring would send, no
+# more bytes than one all-reduce of `t`.
+#
+# Collectives, each on an example of its own (every rank calls the line); any other collective
+# of `torch.distributed` that notebook 01 met may be used as well:
 #
 # ```python
 # # 2 ranks; rank r holds v = [r+1, r+1, r+1, r+1]
@@ -984,22 +1006,7 @@ print("✓ 2 collectives forward, 2 backward")
 # # 3 ranks; rank r holds u = [10 r]
 # out = torch.empty(3)
 # dist.all_gather_single(out, u)          # out == [0, 10, 20] on every rank
-#
-# # 2 ranks; rank r holds c = [1, 2, 3, 4] + 10 r
-# mine = torch.empty(2)
-# dist.reduce_scatter_single(mine, c)     # rank 0 gets [12, 14], rank 1 gets [16, 18]
 # ```
-#
-# (`reduce_scatter_single` is torch 2.13's name; older releases call it
-# `dist.reduce_scatter_tensor`, which 2.13 keeps but marks deprecated.)
-
-# %%
-def gather_rows(t):
-    """Every rank's t, stacked along dimension 0 in rank order."""
-    out = t.new_empty((dist.get_world_size() * t.shape[0], *t.shape[1:]))
-    dist.all_gather_single(out, t.contiguous())
-    return out
-
 
 # %% solution="rows_of_sum"
 def rows_of_sum(t):
@@ -1012,25 +1019,28 @@ def rows_of_sum(t):
     if t.shape[0] % world_size != 0:
         raise ValueError(f"{t.shape[0]} positions cannot be split evenly over {world_size} "
                          "ranks")
-    part = t.new_empty((t.shape[0] // world_size, *t.shape[1:])); dist.reduce_scatter_single(part, t.contiguous())  # BLANK `part = t.new_empty((t.shape[0] // world_size, *t.shape[1:])); dist.reduce_scatter_single(part, t.contiguous())` part, this rank's rows of the sum (a few statements) # ACCEPT `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = sum(received.chunk(world_size))` `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = received.view(world_size, -1, *t.shape[1:]).sum(0)` # REJECT `whole = t.clone(); dist.all_reduce(whole); part = whole.chunk(world_size)[dist.get_rank()]` `part = t.chunk(world_size)[dist.get_rank()]` `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = received.chunk(world_size)[dist.get_rank()]`
+    part = t.new_empty((t.shape[0] // world_size, *t.shape[1:])); dist.reduce_scatter_single(part, t.contiguous())  # BLANK `part = t.new_empty((t.shape[0] // world_size, *t.shape[1:])); dist.reduce_scatter_single(part, t.contiguous())` part, this rank's rows of the sum (a few statements) # ACCEPT `part = torch.empty_like(t.chunk(world_size)[0]); dist.reduce_scatter(part, list(t.contiguous().chunk(world_size)))` `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = sum(received.chunk(world_size))` `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = received.view(world_size, -1, *t.shape[1:]).sum(0)` # REJECT `whole = t.clone(); dist.all_reduce(whole); part = whole.chunk(world_size)[dist.get_rank()]` `part = t.chunk(world_size)[dist.get_rank()]` `received = torch.empty_like(t); dist.all_to_all_single(received, t.contiguous()); part = received.chunk(world_size)[dist.get_rank()]`
     return part
 
 
 # %% [markdown]
-# The check, on 2 and 4 ranks: rank $r$ holds $(r + 1)\,t$; `rows_of_sum`, then `gather_rows`,
-# against `dist.all_reduce` of the same tensor: the values, and the bytes each sends (ring).
+# The check, on 2 and 4 ranks: rank $r$ holds $(r + 1)\,t$; `rows_of_sum`, then the step to
+# the end (every rank's part, into a list), against `dist.all_reduce` of the same tensor: the
+# values, and the bytes each sends (ring).
 
 # %%
 require_filled(rows_of_sum)  # names any blank still empty
 
 
 def sp_versus_all_reduce(rank, world_size, t):
-    """rows_of_sum then gather_rows, and dist.all_reduce, of the same tensor (rank r adds
-    (r + 1) t): the values, and what each sends."""
+    """rows_of_sum then the step to the end, and dist.all_reduce, of the same tensor (rank r
+    adds (r + 1) t): the values, and what each sends."""
     mine = t * (rank + 1)
     with count_collectives() as split:
         part = rows_of_sum(mine)
-        total = gather_rows(part)
+        parts = [torch.empty_like(part) for _ in range(world_size)]
+        dist.all_gather(parts, part)
+    total = torch.cat(parts)
     expected = mine.clone()
     with count_collectives() as whole:
         dist.all_reduce(expected)
@@ -1049,7 +1059,7 @@ for n in (2, 4):
             f"{n} ranks: the two steps sent {sent_split:g} B, one all-reduce sends {sent_whole:g} B"
     print(f"{n} ranks: in between each rank holds {tuple(part.shape)} of {tuple(t.shape)}; the "
           f"two steps send {sent_split:g} B, one all-reduce {sent_whole:g} B")
-print("✓ rows_of_sum and gather_rows give the sum, within one all-reduce's bytes")
+print("✓ rows_of_sum, then the step to the end, give the sum, within one all-reduce's bytes")
 reveal("rows_of_sum")
 
 # %% tests="rows_of_sum_tests" points=1
@@ -1070,7 +1080,20 @@ grade(rows_of_sum)
 # slice would give the same rows, but it sends the whole all-reduce's bytes *before* the
 # all-gather, and every rank would hold the whole sum where it should hold $\frac{1}{N}$.
 # An all-to-all and a local sum of the $N$ blocks received is a reduce-scatter written out: it
-# sends the same bytes.
+# sends the same bytes. (torch 2.13 calls the one-tensor form `dist.reduce_scatter_single`, and
+# the all-gather's `dist.all_gather_single`; older releases call them
+# `dist.reduce_scatter_tensor` and `dist.all_gather_into_tensor`, names that 2.13 keeps but
+# marks deprecated.)
+
+# %% [markdown]
+# The step to the end, `gather_rows`, given:
+
+# %%
+def gather_rows(t):
+    """Every rank's t, stacked along dimension 0 in rank order."""
+    out = t.new_empty((dist.get_world_size() * t.shape[0], *t.shape[1:]))
+    dist.all_gather_single(out, t.contiguous())
+    return out
 
 # %% [markdown]
 # ### The sequence-parallel operators
@@ -1194,9 +1217,10 @@ grade(sp_f_g)
 # at its start.
 #
 # The pair around the MLP block of a sequence-parallel layer: its input arrives as this rank's
-# positions; layer norm on those; then `tp_mlp` on your two ends, with `enter` and `leave` in place of f
-# and g; out come this rank's positions of the output. It equals the tensor-parallel block on
-# the same positions and sends the same bytes (forward only here). That holds for the
+# positions; layer norm on those; then `tp_mlp` on your two ends, with `enter` and `leave` in
+# place of f and g; out come this rank's positions of the output. It equals the
+# tensor-parallel block on the same positions and sends the same bytes (forward only here).
+# That holds for the
 # activations: a layer norm with learnable weight and bias gives each rank their gradients from
 # its positions only, so a training step adds an all-reduce of those (small) gradients over the
 # tensor-parallel ranks, as Megatron-LM does; `F.layer_norm` here has no parameters.

@@ -2,8 +2,8 @@
 idea (the whole weight gathered and the whole matmul done on every rank, the wrong collective
 with zero padding, an all-gather and a local sum in place of an all-reduce, an all-reduce and a
 slice or broadcasts in place of a reduce-scatter, the whole first layer as a broadcast
-multiply-and-sum, an all-reduce in place of g, x not entered through f), and correct answers
-written otherwise. Each rank
+multiply-and-sum, the whole MLP divided by N before the given g, x not entered through f), and
+correct answers written otherwise. Each rank
 receives only its own shard of the linear layers' weights, so "use the full weight" must gather
 it."""
 
@@ -31,14 +31,14 @@ def _padded(t: str) -> str:
 
 def _region(first: str, last: str) -> str:
     """tp_region's blank: region_in's statement `first` (ending in h = ...) and last's `last`
-    (ending in y = ..., the last layer without its bias: the given region_out adds it), as two
-    lambdas."""
+    (ending in y = ..., the last layer without g and its bias: the given region_out passes it
+    through g, then adds the bias), as two lambdas."""
     return (f"region_in = lambda x, w, b: (lambda: ({first.replace('h = ', '')}))(); "
             f"last = lambda h, w: (lambda: ({last.replace('y = ', '')}))()")
 
 
 IN = "h = F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0))"
-OUT = "y = g.apply(F.linear(h, shard(w, rank, world_size, 1)))"
+OUT = "y = F.linear(h, shard(w, rank, world_size, 1))"
 BROADCAST_FIRST_LAYER = ("((f.apply(x)[..., None, :] * w).sum(-1) + b)"
                          ".chunk(world_size, dim=-1)[rank]")
 MINE = "mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); "
@@ -71,16 +71,13 @@ SHORTCUTS = [
     Shortcut("tp_region", {1: _region("h = " + BROADCAST_FIRST_LAYER, OUT)},
              "the whole first layer as a broadcast multiply-and-sum, then sliced", "work"),
     Shortcut("tp_region", {1: _region("h = F.linear(f.apply(x), w, b)",
-                                      "y = g.apply(F.linear(h, w) / world_size)")},
+                                      "y = F.linear(h, w) / world_size")},
              "the whole MLP on every rank, divided by N before g", "FLOPs"),
     Shortcut("tp_region", {1: _region("h = g.apply(F.linear(shard(f.apply(x), rank, world_size, "
                                       "-1), shard(w, rank, world_size, 1))) + b",
-                                      "y = g.apply(F.linear(h, w) / world_size)")},
+                                      "y = F.linear(h, w) / world_size")},
              "the first layer cut by its inputs: its partial sums all-reduced before GeLU",
              "all_reduce"),
-    Shortcut("tp_region", {1: _region(IN, "y = all_reduce_sum(F.linear(h, shard(w, rank, "
-                                          "world_size, 1)))")},
-             "an all-reduce in place of g: backward passes it as the identity", "through g"),
     # attention (region_out ends it; the blank is f and wqkv's rows)
     Shortcut("tp_attention",
              {1: "f, _ = megatron_f_g(); " + MINE + "qkv = F.linear(f.apply(x), "
@@ -141,7 +138,7 @@ HONEST = [
     Shortcut("tp_region", {1: "region_in = lambda x, w, b: f.apply(x) @ w[rank * (w.shape[0] "
                               "// world_size):(rank + 1) * (w.shape[0] // world_size)].t() "
                               "+ b.chunk(world_size)[rank]; last = lambda h, w: "
-                              "g.apply(h @ w.chunk(world_size, dim=-1)[rank].t())"},
+                              "h @ w.chunk(world_size, dim=-1)[rank].t()"},
              "the rows sliced by hand, chunk on the last dimension, the products written out"),
     Shortcut("tp_region", {1: "def region_in(x, w, b):\n"
                               "    x_in = f.apply(x)\n"
@@ -149,7 +146,7 @@ HONEST = [
                               "b.chunk(world_size)[rank])\n\n"
                               "def last(h, w):\n"
                               "    partial = h @ shard(w, rank, world_size, dim=-1).t()\n"
-                              "    return g.apply(partial)"},
+                              "    return partial"},
              "two nested defs over several lines"),
     Shortcut("tp_attention",
              {1: "f = megatron_f_g()[0]; head_dim = x.shape[-1] // num_heads; "
@@ -175,6 +172,10 @@ HONEST = [
              {1: "part = t.new_empty((t.shape[0] // world_size, *t.shape[1:])); "
                  "dist.reduce_scatter_single(part, t.contiguous(), op=dist.ReduceOp.SUM)"},
              "torch's reduce-scatter, the op spelled out"),
+    Shortcut("rows_of_sum",
+             {1: "part = torch.empty_like(t.chunk(world_size)[0]); "
+                 "dist.reduce_scatter(part, [c.contiguous() for c in t.chunk(world_size)])"},
+             "notebook 01's reduce-scatter, on a list of blocks"),
     Shortcut("rows_of_sum",
              {1: "got = torch.empty_like(t); dist.all_to_all_single(got, t.contiguous()); "
                  "part = torch.stack(got.chunk(world_size)).sum(0)"},
