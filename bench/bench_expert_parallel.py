@@ -66,9 +66,8 @@ def _on_rank(rank, world_size, moe, skew, warmup, repeats):
             times.append(time.perf_counter() - start)
     with count_all_to_all() as calls:
         moe.ep_moe(x, router, a, b, K, cap)
-    experts_kept = moe.route_top_k(xs[rank] @ router, K, cap)
-    kept = experts_kept[0][experts_kept[2]].tolist()
-    return times, calls.off_rank_bytes(rank)[1:], kept
+    chosen, _, keep = moe.route_top_k(xs[rank] @ router, K, cap)
+    return times, calls.off_rank_bytes(rank)[1:], (chosen, keep)
 
 
 def main() -> list[dict]:
@@ -85,12 +84,14 @@ def main() -> list[dict]:
             slowest = statistics.median(max(ts) for ts in zip(*(r[0] for r in results),
                                                               strict=True))
             base.setdefault(skew, slowest)
-            dispatch, combine = predict([r[2] for r in results], LOCAL, HIDDEN * 8)
+            dispatch, combine = predict([r[2][0] for r in results], [r[2][1] for r in results],
+                                        LOCAL, HIDDEN * 8)
             for rank, (_, sent, _) in enumerate(results):
                 if sent != [dispatch[rank], combine[rank]]:
                     raise RuntimeError(f"{n} ranks, rank {rank}: sent {sent} B, predicted "
                                        f"{[dispatch[rank], combine[rank]]}")
-            loads = [sum(e // LOCAL == q for r in results for e in r[2]) for q in range(n)]
+            loads = [sum(int((r[2][1] & (r[2][0] // LOCAL == q)).sum()) for r in results)
+                     for q in range(n)]
             rows.append({
                 "router": "skewed" if skew else "random",
                 "ranks": ("baseline: " if n == 1 else "") + str(n),

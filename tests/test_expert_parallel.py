@@ -1,8 +1,9 @@
 """Notebook 09 (expert parallelism): what is particular to it: the blank release earning
 nothing, the hidden tests naming the broken idea (the queue order, the dispatch's rows, the
-expert gradients' divisor and group), and distlab.expert_parallel's counter and pictures showing
-what they say. (What every exercise promises: tests/test_contract.py.) The layer is compared
-with one process holding every expert (in the hidden tests, against that module's oracles).
+expert gradients' divisor and group), the byte check's routing telling the wrong counts apart,
+and distlab.expert_parallel's counter and pictures showing what they say. (What every exercise
+promises: tests/test_contract.py.) The layer is compared with one process holding every expert
+(in the hidden tests, against that module's oracles).
 
 Run: .venv/bin/python -m pytest tests/test_expert_parallel.py -q
 """
@@ -152,3 +153,26 @@ def test_the_visible_checks_tell_the_wrong_answers_apart():
     loss = reference.reference("balance_loss")
     assert abs(loss(lopsided, experts).item() - 1) < 1e-6
     assert abs(4 * (lopsided.softmax(-1).mean(0) ** 2).sum().item() - 1) > 0.05
+
+
+def test_the_bytes_check_tells_the_wrong_counts_apart():
+    """On the byte check's own routing (4 ranks, 8 experts, k = 2, factor 1.25, seed 3), do
+    the counts with dropped assignments, with the rows for a rank's own experts, or with one
+    row a token differ from the right dispatch, and the dispatch from the combine (so the
+    visible check rejects each)?"""
+    from autograder.exercises.expert_parallel import _oracle_bytes
+
+    moe = reference.module(ASSIGNMENT)
+    router, _, _, xs = moe.make_moe(8, 16, 4, seed=3)
+    cap = moe.capacity(16, 8, 2, 1.25)
+    routings = [moe.route_top_k(xs[r] @ router, 2, cap) for r in range(4)]
+    lists = ([r[0].tolist() for r in routings], [r[2].tolist() for r in routings])
+    assert any(not kept for keep in lists[1] for row in keep for kept in row), "no drop"
+    dispatch, combine = _oracle_bytes(*lists, 2, 48)
+    assert dispatch != combine
+    for wrong in ({"dropped": True}, {"own": True}, {"per_token": True}):
+        assert _oracle_bytes(*lists, 2, 48, **wrong)[0] != dispatch, wrong
+    for wrong in ({"dropped": True}, {"own": True}):
+        assert _oracle_bytes(*lists, 2, 48, **wrong)[1] != combine, wrong
+    assert reference.reference("predict_a2a_bytes")(
+        [r[0] for r in routings], [r[2] for r in routings], 2, 48) == (dispatch, combine)

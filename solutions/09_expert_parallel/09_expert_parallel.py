@@ -549,17 +549,17 @@ grade(sync_ep_dp_grads)
 #
 # The recorder-style counter `count_all_to_all` records, on a rank, each `all_to_all_single`
 # and the rows it gives each rank. Predict, from the routing alone, the bytes each rank sends
-# to other ranks in one forward: in the dispatch and in the combine. `routed[r]` lists the
-# experts of rank $r$'s kept assignments (one entry per row), `local` experts a rank, rank $q$
-# holding experts $q \cdot \mathrm{local}, \ldots, (q + 1) \cdot \mathrm{local} - 1$; a row
-# is `row_bytes` bytes.
+# to the other ranks in one forward of `ep_moe`: in the dispatch and in the combine. For rank
+# $r$, `experts[r]` and `keep[r]` are what `route_top_k` returned there; `local` experts a
+# rank, placed as in section 2; one token's row of $h$ values is `row_bytes` bytes.
 
 # %% solution="predict_a2a_bytes"
-def predict_a2a_bytes(routed, local, row_bytes):
-    """(dispatch, combine): for each rank, the bytes it sends to other ranks in one forward."""
-    N = len(routed)
-    dispatch = [sum(e // local != r for e in routed[r]) * row_bytes for r in range(N)]  # BLANK dispatch # ACCEPT `[row_bytes * sum(1 for e in routed[r] if e // local != r) for r in range(N)]` `[row_bytes * (len(routed[r]) - sum(e // local == r for e in routed[r])) for r in range(N)]` # REJECT `[len(routed[r]) * row_bytes for r in range(N)]` `[sum(e % local != r for e in routed[r]) * row_bytes for r in range(N)]` `[sum(e // local == r for e in routed[r]) * row_bytes for r in range(N)]` `[sum(e != r for e in routed[r]) * row_bytes for r in range(N)]`
-    combine = [sum(e // local == r for q in range(N) if q != r for e in routed[q]) * row_bytes for r in range(N)]  # BLANK combine # ACCEPT `[row_bytes * sum(1 for q in range(N) for e in routed[q] if q != r and e // local == r) for r in range(N)]` # REJECT `dispatch` `[sum(e // local == r for q in range(N) for e in routed[q]) * row_bytes for r in range(N)]` `[sum(e // local != r for q in range(N) if q != r for e in routed[q]) * row_bytes for r in range(N)]` `[sum(e // local == q for e in routed[r] for q in range(N) if q != r) * row_bytes for r in range(N)]`
+def predict_a2a_bytes(experts, keep, local, row_bytes):
+    """experts[r], keep[r]: rank r's routing, (T, k) each, as route_top_k returns them.
+    Returns (dispatch, combine): a list each, one number of bytes a rank."""
+    N = len(experts)
+    dispatch = [row_bytes * int((keep[r] & (experts[r] // local != r)).sum()) for r in range(N)]  # BLANK dispatch # ACCEPT `[row_bytes * (keep[r] & (experts[r] // local != r)).sum() for r in range(N)]` `[row_bytes * int((experts[r][keep[r]] // local != r).sum()) for r in range(N)]` `[row_bytes * sum(int(e) // local != r for e in experts[r][keep[r]]) for r in range(N)]` `[row_bytes * (int(keep[r].sum()) - int((keep[r] & (experts[r] // local == r)).sum())) for r in range(N)]` # REJECT `[row_bytes * int((experts[r] // local != r).sum()) for r in range(N)]` `[row_bytes * int(keep[r].sum()) for r in range(N)]` `[row_bytes * int((keep[r] & (experts[r] // local != r)).any(1).sum()) for r in range(N)]` `[row_bytes * sum(int((keep[q] & (experts[q] // local == r)).sum()) for q in range(N) if q != r) for r in range(N)]` `[row_bytes * int((keep[r] & (experts[r] % local != r)).sum()) for r in range(N)]` `[row_bytes * int((keep[r] & (experts[r] != r)).sum()) for r in range(N)]`
+    combine = [row_bytes * sum(int((keep[q] & (experts[q] // local == r)).sum()) for q in range(N) if q != r) for r in range(N)]  # BLANK combine # ACCEPT `[row_bytes * sum((keep[q] & (experts[q] // local == r)).sum() for q in range(N) if q != r) for r in range(N)]` `[row_bytes * sum(int((experts[q][keep[q]] // local == r).sum()) for q in range(N) if q != r) for r in range(N)]` # REJECT `dispatch` `[row_bytes * sum(int((keep[q] & (experts[q] // local == r)).sum()) for q in range(N)) for r in range(N)]` `[row_bytes * sum(int((experts[q] // local == r).sum()) for q in range(N) if q != r) for r in range(N)]` `[row_bytes * sum(int((keep[q] & (experts[q] // local != r)).sum()) for q in range(N) if q != r) for r in range(N)]` `[row_bytes * sum(int((keep[r] & (experts[r] // local == q)).sum()) for q in range(N) if q != r) for r in range(N)]`
     return dispatch, combine
 
 
@@ -581,12 +581,10 @@ require_filled(predict_a2a_bytes)
 EXPERTS, TOKENS, K, FACTOR, N_RANKS = 8, 16, 2, 1.25, 4
 router, w1, w2, xs = make_moe(EXPERTS, TOKENS, N_RANKS, seed=3)
 cap = capacity(TOKENS, EXPERTS, K, FACTOR)
-routed = []
-for r in range(N_RANKS):
-    experts, _, keep = route_top_k(xs[r] @ router, K, cap)
-    routed.append(experts[keep].tolist())
+routings = [route_top_k(xs[r] @ router, K, cap) for r in range(N_RANKS)]  # as each rank routes
+chosen, kept = [routing[0] for routing in routings], [routing[2] for routing in routings]
 row_bytes = HIDDEN * xs.element_size()
-dispatch, combine = predict_a2a_bytes(routed, EXPERTS // N_RANKS, row_bytes)
+dispatch, combine = predict_a2a_bytes(chosen, kept, EXPERTS // N_RANKS, row_bytes)
 measured = run(measured_forward, EXPERTS, TOKENS, K, FACTOR, world_size=N_RANKS)
 rows = []
 for r, per_call in enumerate(measured):  # one entry per call
@@ -601,22 +599,25 @@ print("✓ your prediction is what every rank sent")
 reveal("predict_a2a_bytes")
 
 # %% tests="predict_a2a_bytes_tests" points=2
-# Hidden tests (2 points): random routings of 1 to 6 ranks.
+# Hidden tests (2 points): random routings on 1 to 4 ranks, 1 to 3 experts a rank.
 ### BEGIN HIDDEN TESTS
 from autograder.grade_cell import grade
 grade(predict_a2a_bytes)
 ### END HIDDEN TESTS
 
 # %% [markdown] why="predict_a2a_bytes"
-# **Why.** A rank's dispatch sends each of its kept rows whose expert another rank holds; the
-# rows for its own experts stay in its own piece of the all-to-all. Its combine sends back
-# the outputs of the rows it *received*: the other ranks' assignments to its experts, so it
+# **Why.** `ep_moe` sends one row per **kept assignment**: a dropped assignment sends nothing,
+# and a token whose two kept choices both sit on one other rank goes there twice, once for
+# each expert. A rank's dispatch sends the kept rows whose expert another rank holds
+# (expert $e$ lives on rank $e / \mathrm{local}$, rounded down); the rows for its own experts
+# stay in its own piece of the all-to-all and never leave it. Its combine sends back the
+# outputs of the rows it *received*: the other ranks' kept assignments to its experts, so it
 # depends on everyone's routing, not on its own. The two are equal on every rank when the
 # routing is balanced, and differ in general. With every assignment kept and spread evenly,
-# each way moves $\frac{N-1}{N} k T h$ values a rank: the all-to-all of notebook 01, twice per MoE layer in
-# forward (dispatch and combine) and twice in backward. Capacity bounds the bytes from above
-# (an expert receives at most its capacity from each rank), and dropping turns the bound into
-# lost tokens.
+# each way moves $\frac{N-1}{N} k T h$ values a rank: the all-to-all of notebook 01, twice per
+# MoE layer in forward (dispatch and combine) and twice in backward. Capacity bounds the bytes
+# from above (an expert receives at most its capacity from each rank), and dropping turns the
+# bound into lost tokens.
 
 # %% [markdown]
 # ## Wrap-up

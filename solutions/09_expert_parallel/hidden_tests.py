@@ -1,7 +1,8 @@
 """Hidden tests of notebook 09 (expert parallelism): the router's kept assignments and the
 balancing loss against loops written here; dispatch and combine on real ranks against one
 process holding every expert, forward and backward; the expert-gradient groups and their
-reduction against one process's gradients of the mean loss; the bytes against a count.
+reduction against one process's gradients of the mean loss; the bytes against a loop over
+every assignment of raw routings (chosen experts and keep masks, as route_top_k returns them).
 
 The rank exercises run in a harness of this module (by value, as the learner's code:
 checks.on_ranks) in a short-timeout gloo group. ep_moe gets a trusted router, row exchange and
@@ -16,6 +17,9 @@ exactly the kept rows for its experts, and the combine sends back exactly the ro
 from __future__ import annotations
 
 import collections
+import functools
+
+import numpy as np
 
 from autograder.exercises import exercise
 from autograder.exercises.checks import (
@@ -546,32 +550,111 @@ def sync_ep_dp_grads(fn, rng):
 # ---------------------------------------------------------------- bytes
 
 
+def _oracle_bytes(experts, keep, local, row_bytes, *, dropped=False, own=False,
+                  per_token=False):
+    """(dispatch, combine) bytes a rank, by loops over every assignment: a kept assignment's
+    row goes from its rank r to the rank of its expert, e // local, and back, when that rank is
+    not r. The keywords give the wrong counts the complaints name: dropped assignments counted
+    too, the rank's own experts' rows counted too, one row a token (not one an assignment)."""
+    n = len(experts)
+    dispatch, combine = [0] * n, [0] * n
+    for r in range(n):
+        for choices, kept in zip(experts[r], keep[r], strict=True):
+            to = {e // local for e, k in zip(choices, kept, strict=True)
+                  if (k or dropped) and (e // local != r or own)}
+            if per_token:
+                dispatch[r] += len(to) > 0
+                continue
+            for e, k in zip(choices, kept, strict=True):
+                if (k or dropped) and (e // local != r or own):
+                    dispatch[r] += 1
+                    combine[e // local] += 1
+    return [d * row_bytes for d in dispatch], [c * row_bytes for c in combine]
+
+
+def _routing(rng, n, local, k, T):
+    """n ranks' routings as route_top_k returns them: experts (T, k), distinct in a row, and
+    keep (T, k), a few assignments dropped."""
+    import torch
+
+    experts = [torch.tensor(np.array([rng.permutation(n * local)[:k] for _ in range(T)]),
+                            dtype=torch.int64).reshape(T, k) for _ in range(n)]
+    keep = [torch.from_numpy(rng.random((T, k)) < 0.7) for _ in range(n)]
+    return experts, keep
+
+
 @exercise
 def predict_a2a_bytes(fn, rng):
+    import torch
+
     from distlab import require_filled
 
     require_filled(fn)
-    for case in range(12):
-        n = int(rng.integers(1, 7))
-        local = int(rng.integers(1, 4))
-        row_bytes = int(rng.choice([8, 16, 48, 96]))
-        routed = [[int(e) for e in rng.integers(0, n * local, size=int(rng.integers(0, 9)))]
-                  for _ in range(n)]
-        if case == 0:  # unbalanced: everything to rank 0's experts
-            routed = [[0] * (q + 2) for q in range(n)]
-        dispatch = [sum(e // local != r for e in routed[r]) * row_bytes for r in range(n)]
-        combine = [sum(e // local == r for q in range(n) if q != r for e in routed[q])
-                   * row_bytes for r in range(n)]
-        where = f"predict_a2a_bytes on {n} rank(s), {local} expert(s) a rank, routed {routed}"
-        got = fn([list(r) for r in routed], local, row_bytes)
+    cases = []
+    # two ranks of two experts. Rank 0: token 0 sends both its kept choices to rank 1, token 1
+    # keeps both on rank 0, token 2's choice for rank 1 is dropped; rank 1 sends one row
+    e0 = torch.tensor([[2, 3], [1, 0], [3, 1]])
+    k0 = torch.tensor([[True, True], [True, True], [False, True]])
+    e1 = torch.tensor([[0, 2], [3, 1], [2, 3]])
+    k1 = torch.tensor([[True, True], [False, False], [True, False]])
+    cases.append((2, 2, 16, [e0, e1], [k0, k1]))
+    # unbalanced: every rank's tokens to rank 0's first expert, nothing dropped
+    cases.append((3, 1, 8, [torch.zeros(q + 2, 1, dtype=torch.int64) for q in range(3)],
+                  [torch.ones(q + 2, 1, dtype=torch.bool) for q in range(3)]))
+    for _ in range(12):
+        n, local = int(rng.integers(1, 5)), int(rng.integers(1, 4))
+        k = int(rng.integers(1, min(2, n * local) + 1))
+        experts, keep = _routing(rng, n, local, k, int(rng.integers(1, 9)))
+        cases.append((n, local, int(rng.choice([8, 16, 48, 96])), experts, keep))
+    for n, local, row_bytes, experts, keep in cases:
+        lists = ([e.tolist() for e in experts], [m.tolist() for m in keep])
+        dispatch, combine = _oracle_bytes(*lists, local, row_bytes)
+        routing = "; ".join(f"rank {r}: experts {lists[0][r]}, keep {lists[1][r]}"
+                            for r in range(n))
+        where = (f"predict_a2a_bytes on {n} rank(s), {local} expert(s) a rank (rank q holds "
+                 f"experts {local}q to {local}q + {local - 1}), {row_bytes} B a row; {routing}")
+        got = fn([e.clone() for e in experts], [m.clone() for m in keep], local, row_bytes)
         try:
             got_d, got_c = ([int(v) for v in part] for part in got)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RuntimeError):
             raise AssertionError(f"{where}: returned {got!r}, expected two lists of bytes, one "
                                  "entry per rank") from None
         if got_d != dispatch:
-            raise AssertionError(f"{where}: dispatch {got_d}, expected {dispatch}: a rank "
-                                 "sends the rows whose expert another rank holds")
+            raise AssertionError(f"{where}: dispatch {got_d}, expected {dispatch}: "
+                                 + _dispatch_complaint(got_d, lists, local, row_bytes, combine))
         if got_c != combine:
-            raise AssertionError(f"{where}: combine {got_c}, expected {combine}: a rank sends "
-                                 "back what it received")
+            raise AssertionError(f"{where}: combine {got_c}, expected {combine}: "
+                                 + _combine_complaint(got_c, lists, local, row_bytes, dispatch))
+
+
+def _dispatch_complaint(got, lists, local, row_bytes, combine):
+    wrong = functools.partial(_oracle_bytes, *lists, local, row_bytes)
+    if got == wrong(dropped=True, own=True)[0]:
+        return ("every chosen assignment counted: a dropped assignment's row never leaves its "
+                "rank, and the rows for a rank's own experts stay in its own piece")
+    if got == wrong(dropped=True)[0]:
+        return "a dropped assignment's row never leaves its rank: count the kept ones only"
+    if got == wrong(own=True)[0]:
+        return ("the rows for a rank's own experts counted: they stay in its own piece of the "
+                "all-to-all and never leave it")
+    if got == wrong(per_token=True)[0]:
+        return ("one row counted a token: ep_moe sends a token's row once for each kept "
+                "assignment, twice when both its experts are on another rank")
+    if got == combine:
+        return ("that is what each rank receives (and sends back in the combine): a rank's "
+                "dispatch sends the rows of its own tokens")
+    return "a rank sends one row for each kept assignment whose expert another rank holds"
+
+
+def _combine_complaint(got, lists, local, row_bytes, dispatch):
+    wrong = functools.partial(_oracle_bytes, *lists, local, row_bytes)
+    if got == dispatch:
+        return ("a rank's combine sends back the outputs of the rows it received, not the rows "
+                "it dispatched")
+    if got == wrong(dropped=True)[1]:
+        return "a dropped assignment never reached the expert, so nothing comes back for it"
+    if got == wrong(own=True)[1]:
+        return ("the rows a rank kept for its own experts counted: they never left it, so they "
+                "do not go back")
+    return ("a rank sends back the outputs of the rows it received: the other ranks' kept "
+            "assignments to its experts")

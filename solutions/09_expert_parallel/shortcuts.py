@@ -4,8 +4,9 @@ loss without the router's gradient or without the loads, the counts never exchan
 rank's whole count table sent to every rank, the experts' weights or every token
 all-gathered so that a rank runs every expert, the combine sent with the dispatch's splits,
 the EP groups taken for the copies' groups, expert gradients averaged over their copies or
-reduced over the world, the bytes of every row counted as moved, the combine's bytes taken
-for the dispatch's), and correct answers written otherwise."""
+reduced over the world, the bytes of dropped assignments or of the rows for a rank's own
+experts counted as moved, one row a token, the dispatch's and the combine's bytes taken for
+each other), and correct answers written otherwise."""
 
 from shortcuts import Shortcut
 
@@ -59,10 +60,21 @@ SHORTCUTS = [
              "the experts' gradients averaged over their copies", "divided"),
     Shortcut("sync_ep_dp_grads", {1: f"{WORLD}group = None; divisor = N"},
              "the experts' gradients reduced over the world", "world"),
-    Shortcut("predict_a2a_bytes", {1: "[len(routed[r]) * row_bytes for r in range(N)]"},
-             "every kept row counted as moved, the rank's own too", "another rank"),
+    Shortcut("predict_a2a_bytes", {1: "[row_bytes * int((experts[r] // local != r).sum()) "
+                                      "for r in range(N)]"},
+             "every chosen assignment counted as moved, the dropped ones too", "dropped"),
+    Shortcut("predict_a2a_bytes", {1: "[row_bytes * int(keep[r].sum()) for r in range(N)]"},
+             "every kept row counted as moved, those for the rank's own experts too",
+             "own experts"),
+    Shortcut("predict_a2a_bytes", {1: "[row_bytes * int((keep[r] & (experts[r] // local != r))"
+                                      ".any(1).sum()) for r in range(N)]"},
+             "one row counted a token, not one a kept assignment", "each kept assignment"),
+    Shortcut("predict_a2a_bytes", {1: "[row_bytes * sum(int((keep[q] & (experts[q] // local =="
+                                      " r)).sum()) for q in range(N) if q != r) for r in "
+                                      "range(N)]"},
+             "the combine's bytes taken for the dispatch's", "receives"),
     Shortcut("predict_a2a_bytes", {2: "dispatch"},
-             "the combine's bytes taken for the dispatch's", "received"),
+             "the dispatch's bytes taken for the combine's", "received"),
 ]
 
 HONEST = [
@@ -81,11 +93,11 @@ HONEST = [
                                      "d in range(N // ep)] for e in range(ep)])[0]; divisor = "
                                      "dist.get_world_size(group) * ep"},
              "the copies' groups by a nested comprehension, the divisor as copies x EP"),
-    Shortcut("predict_a2a_bytes", {1: "[row_bytes * sum(1 for e in routed[r] if e // local "
-                                      "!= r) for r in range(N)]",
-                                   2: "[row_bytes * sum(1 for q in range(N) for e in routed[q] "
-                                      "if q != r and e // local == r) for r in range(N)]"},
-             "the counts by filtered generators"),
+    Shortcut("predict_a2a_bytes", {1: "[row_bytes * sum(int(e) // local != r for e in "
+                                      "experts[r][keep[r]]) for r in range(N)]",
+                                   2: "[row_bytes * sum(int((experts[q][keep[q]] // local == r)"
+                                      ".sum()) for q in range(N) if q != r) for r in range(N)]"},
+             "the kept experts picked by indexing, counted by a generator"),
 ]
 
 # The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
