@@ -19,16 +19,22 @@ PURE = ["group_ranks", "group_bytes", "layout_memory", "choose_layout"]
 ON_RANKS = ["TPBlock", "shard_2d", "train_3d", "sync_tied"]
 
 
+ROWS = ('; d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); '
+        'xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)')
+
+
 @pytest.mark.parametrize(("wrong", "says"), [
-    ("pipeline = list(range(dist.get_world_size())); p = dist.get_rank()",
-     "in its own pipeline only"),
-    ('pipeline = dist.get_process_group_ranks(groups["tp"]); p = pipeline.index(dist.get_rank())',
-     "in its own pipeline only"),
+    ("pipeline = list(range(dist.get_world_size())); p = dist.get_rank(); "
+     "xs, ys = x.chunk(micro_batches), y.chunk(micro_batches)", "in its own pipeline only"),
+    ('pipeline = dist.get_process_group_ranks(groups["tp"]); p = pipeline.index(dist.get_rank())'
+     + ROWS, "in its own pipeline only"),
+    ('pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank()); '
+     "xs, ys = x.chunk(micro_batches), y.chunk(micro_batches)", "its index in its DP group"),
 ])
 def test_a_pipeline_taken_from_the_wrong_ranks_is_named(wrong, says):
     """Does the bug report's line kept (the stages numbered by global rank), or the TP group
     taken for the pipeline, fail with a message that says a stage talks to its own pipeline's
-    neighbours only?"""
+    neighbours only; and every replica on the whole batch, saying a replica is its DP index?"""
     complaint = fails("train_3d", nb.variant("train_3d", 1, wrong))
     assert says in complaint, complaint
 
@@ -47,24 +53,33 @@ def test_fsdp_units_outside_zero3s_budget_are_named(wrong, says):
 def test_a_block_with_f_before_the_layernorm_fails_naming_it():
     """Does f put on the block's input (before the LayerNorm, whose copies then get this rank's
     share of their gradient) fail, naming the LayerNorm?"""
-    variant = nb.variant("TPBlock", 1, "F.gelu(F.linear(self.norm(self.f.apply(x)), self.w1, "
-                                       "self.b1))")
+    variant = nb.variant("TPBlock", 1, "h = F.gelu(F.linear(self.norm(self.f.apply(x)), "
+                                       "self.w1, self.b1)); return x + self.g.apply("
+                                       "F.linear(h, self.w2)) + self.b2")
     complaint = fails("TPBlock", variant)
     assert "norm." in complaint and "LayerNorm" in complaint, complaint
 
 
 @pytest.mark.parametrize(("wrong", "says"), [
-    ('dist.all_reduce(grad, group=groups["tied"]); grad /= 2; '
-     'dist.all_reduce(grad, group=groups["dp"]); grad /= dist.get_world_size(groups["dp"])',
-     "different uses"),
-    ('dist.all_reduce(grad, group=groups["tied"]); dist.all_reduce(grad, group=groups["dp"])',
-     "not their sum"),
-    ('dist.all_reduce(grad, group=groups["tp"]); dist.all_reduce(grad, group=groups["dp"]); '
-     'grad /= dist.get_world_size(groups["dp"])', "meets only the other copies"),
+    ("return x + F.linear(h, self.w2) + self.b2", "g forward"),
+    ("return x + self.g.apply(F.linear(h, self.w2, self.b2))", "once per TP rank"),
+])
+def test_a_block_without_g_or_with_fc2s_bias_summed_fails_naming_it(wrong, says):
+    """Does a forward without g (a partial sum for the output), or with fc2's bias added before
+    g's sum (once per TP rank), fail saying so?"""
+    variant = nb.variant("TPBlock", 1, "h = F.gelu(F.linear(self.f.apply(self.norm(x)), "
+                                       "self.w1, self.b1)); " + wrong)
+    complaint = fails("TPBlock", variant)
+    assert says in complaint, complaint
+
+
+@pytest.mark.parametrize(("wrong", "says"), [
+    ('dist.all_reduce(grad, group=groups["tied"]); grad /= 2', "different uses"),
+    ('dist.all_reduce(grad, group=groups["tp"])', "meets only the other copies"),
 ])
 def test_a_tied_weight_reduced_the_wrong_way_is_named(wrong, says):
-    """Do the two uses averaged, the replicas summed, or a sum over the TP group fail with a
-    message that says which copies are summed and which averaged?"""
+    """Do the two uses averaged, or a sum over the TP group, fail with a message that says
+    which copies are summed and which averaged?"""
     complaint = fails("sync_tied", nb.variant("sync_tied", 1, wrong))
     assert says in complaint, complaint
 

@@ -69,7 +69,7 @@ def mesh_coords(rank, shape):
 
 # %% [markdown]
 # Each rank belongs to three groups, one per dimension of the grid. In the picture above, rank
-# 5's TP group is {4, 5}, its DP group {5, 7}, its PP group (its pipeline) {1, 5}; rank 2's
+# 5's TP group is {4, 5}, its DP group {5, 7}, its PP group {1, 5}; rank 2's
 # are {2, 3}, {0, 2} and {2, 6}. `group_ranks(shape, dim)` lists every group of one dimension
 # (`dim` 0 for PP, 1 for DP, 2 for TP), each as its ranks in increasing order: it files each
 # rank under a key, and the ranks filed under one key form one group. What is the key?
@@ -210,12 +210,12 @@ def is_part(tensor, whole):
 # `F.linear(x, w, b)` is `x @ w.T + b`.
 #
 # This block's `LayerNorm` has a weight and a bias, and every TP rank holds a copy of both,
-# whole. The block's output line is given; yours is `h`, this rank's features of the hidden
-# layer.
+# whole; fc2's bias is whole on every rank too. Yours is the block's forward.
 #
 # At the end, each TP rank's block must return exactly the plain block's output, and every
-# tensor it holds, the LayerNorm's included, must get the gradient of the matching part of the
-# plain block, with no communication but $f$'s and $g$'s.
+# tensor it holds, whole or split, must get the gradient that one process computes for it (for
+# a split one, the matching part), with one all-reduce forward and one backward per block, in
+# its TP group, and no other communication.
 
 # %%
 def tp_f_g(group):
@@ -263,8 +263,7 @@ class TPBlock(nn.Module):
         self.w1, self.b1, self.w2, self.b2 = (nn.Parameter(p.detach().clone()) for p in (w1, b1, w2, b2))
 
     def forward(self, x):
-        h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1, self.b1))  # BLANK h, this rank's features (batch, seq, ff/n) # ACCEPT `F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1) + self.b1)` # REJECT `F.gelu(F.linear(self.norm(self.f.apply(x)), self.w1, self.b1))` `F.gelu(F.linear(self.norm(x), self.w1, self.b1))` `self.f.apply(F.gelu(F.linear(self.norm(x), self.w1, self.b1)))` `F.gelu(self.f.apply(F.linear(self.norm(x), self.w1, self.b1)))`
-        return x + self.g.apply(F.linear(h, self.w2)) + self.b2
+        h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1, self.b1)); return x + self.g.apply(F.linear(h, self.w2)) + self.b2  # BLANK `h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1, self.b1)); return x + self.g.apply(F.linear(h, self.w2)) + self.b2` the block's forward # ACCEPT `h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1) + self.b1); return x + self.g.apply(F.linear(h, self.w2)) + self.b2` `return x + self.g.apply(F.linear(F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1, self.b1)), self.w2)) + self.b2` # REJECT `h = F.gelu(F.linear(self.norm(self.f.apply(x)), self.w1, self.b1)); return x + self.g.apply(F.linear(h, self.w2)) + self.b2` `h = F.gelu(F.linear(self.norm(x), self.w1, self.b1)); return x + self.g.apply(F.linear(h, self.w2)) + self.b2` `h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1, self.b1)); return x + F.linear(h, self.w2) + self.b2` `h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1, self.b1)); return x + self.g.apply(F.linear(h, self.w2, self.b2))` `h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1, self.b1)); return x + self.g.apply(F.linear(h, self.w2) + self.b2)`
 
 
 # %% [markdown]
@@ -312,8 +311,9 @@ grade(TPBlock)
 ### END HIDDEN TESTS
 
 # %% [markdown] why="TPBlock"
-# **Why.** $f$ marks where the computation that every TP rank repeats ends and the split one
-# begins. Backward, each rank's `fc1` part gives only its own features' share of the gradient
+# **Why.** The LayerNorm's weight and bias are whole on every TP rank, and their gradients
+# must be whole too, the same on every rank. $f$ marks where the computation that every TP
+# rank repeats ends and the split one begins. Backward, each rank's `fc1` part gives only its own features' share of the gradient
 # of the LayerNorm's output; $f$ sums the shares over the group, so everything before $f$
 # (the LayerNorm, its weight and bias, the block's input) gets the whole gradient, the same on
 # every TP rank, with no all-reduce of its own. With $f$ before the LayerNorm the input's
@@ -340,8 +340,7 @@ grade(TPBlock)
 # block's weights are whole (gathered over DP) only around its own computation. Per step and
 # per block: one all-gather before its forward, its weights **freed** after its forward, one
 # all-gather before its backward, one reduce-scatter of its gradients. At any moment at most
-# two blocks are whole: the one computing and the one whose all-gather is in flight (a unit
-# around them that held parameters of its own, an embedding say, would stay whole too). In
+# two blocks are whole: the one computing and the one whose all-gather is in flight. In
 # backward FSDP2 prefetches by default: when a block's backward begins, it issues the
 # all-gather of the block before it. In forward it issues a block's all-gather when that
 # block's forward is called (on a GPU that still overlaps the compute before it, since the CPU
@@ -469,31 +468,41 @@ grade(shard_2d)
 # step every rank must hold its part of what plain SGD on one process, on the whole batch,
 # gives (the mean loss over the batch), having computed only its share.
 #
-# The API: `dist.get_rank(group)` is this rank's index in `group` (its place in the list of
-# the group's ranks), `dist.get_world_size(group)` the group's size;
-# `dist.get_process_group_ranks(group)` lists a group's global ranks in the group's order;
-# `dist.send(tensor, dst)` and `dist.recv(tensor, src)` take global ranks; `out.backward(grad)`
+# The API: `dist.get_rank(group)` is this rank's index in `group`, `dist.get_world_size(group)`
+# the group's size; `dist.send(tensor, dst)`, `dist.recv(tensor, src)`; `out.backward(grad)`
 # runs the backward of `out` from the gradient `grad` of the loss with respect to `out`.
 #
 # **A bug report.** A first version of this function began with
 #
 # ```python
-# pipeline = list(range(dist.get_world_size())); p = dist.get_rank()
+# pipeline = list(range(dist.get_world_size())); p = dist.get_rank(); xs, ys = x.chunk(micro_batches), y.chunk(micro_batches)
 # ```
 #
-# (`pipeline`: the global ranks of the stages, first to last; `p`: this rank's stage). On 2
-# ranks of pure pipeline parallelism (PP 2 x DP 1 x TP 1) it trained exactly like one process;
-# on this notebook's 8-rank grid it does not. Blank [1] is that line, fixed.
+# (`pipeline`: the ranks of the stages, first to last; `p`: this rank's stage; `xs`, `ys`: the
+# micro-batches this rank runs). On 2 ranks of pure pipeline parallelism (PP 2 x DP 1 x TP 1)
+# it trained exactly like one process. On this notebook's 8-rank grid it hung; this is where
+# each rank was waiting when it was stopped:
+#
+# ```
+# rank 0: all_reduce, group [0, 1]   (in stage(h), micro-batch 0)
+# rank 1: recv from rank 0           (micro-batch 0)
+# rank 2: recv from rank 1           (micro-batch 0)
+# rank 3: recv from rank 2           (micro-batch 0)
+# rank 4: recv from rank 3           (micro-batch 0)
+# rank 5: recv from rank 4           (micro-batch 0)
+# rank 6: recv from rank 5           (micro-batch 0)
+# rank 7: recv from rank 6           (micro-batch 0)
+# ```
+#
+# Blank [1] is that line, fixed.
 
 # %% solution="train_3d" drill
 def train_3d(stage, x, y, groups, steps=2, lr=0.1, micro_batches=2):
     """SGD with GPipe along the pipeline (stage: this rank's part of the model, its blocks
     split over its TP group); groups: this rank's groups by name; x, y the whole batch (the
     same on every rank). Returns stage."""
-    pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank())  # BLANK `pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank())` the bug report's line, fixed # ACCEPT `pipeline = dist.get_process_group_ranks(groups["pp"]); p = dist.get_rank(groups["pp"])` # REJECT `pipeline = list(range(dist.get_world_size())); p = dist.get_rank()` `pipeline = dist.get_process_group_ranks(groups["dp"]); p = pipeline.index(dist.get_rank())` `pipeline = dist.get_process_group_ranks(groups["pp"]); p = dist.get_rank()` `pipeline = dist.get_process_group_ranks(groups["tp"]); p = pipeline.index(dist.get_rank())`
+    pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank()); d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)  # BLANK `pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank()); d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` the bug report's line, fixed # ACCEPT `pipeline = dist.get_process_group_ranks(groups["pp"]); p = dist.get_rank(groups["pp"]); d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` # REJECT `pipeline = list(range(dist.get_world_size())); p = dist.get_rank(); xs, ys = x.chunk(micro_batches), y.chunk(micro_batches)` `pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank()); xs, ys = x.chunk(micro_batches), y.chunk(micro_batches)` `pipeline = dist.get_process_group_ranks(groups["dp"]); p = pipeline.index(dist.get_rank()); d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` `pipeline = dist.get_process_group_ranks(groups["pp"]); p = dist.get_rank(); d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)` `pipeline = dist.get_process_group_ranks(groups["pp"]); p = pipeline.index(dist.get_rank()); d, n_d = dist.get_rank(groups["tp"]), dist.get_world_size(groups["tp"]); xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)`
     last = len(pipeline) - 1  # the last stage
-    d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"])
-    xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)  # its rows
     for _ in range(steps):
         stage.zero_grad()
         inputs, outputs = [], []
@@ -518,8 +527,7 @@ def train_3d(stage, x, y, groups, steps=2, lr=0.1, micro_batches=2):
             if p > 0:
                 dist.send(inputs[m].grad, pipeline[p - 1])  # notebook 05
         for param in stage.parameters():
-            dist.all_reduce(param.grad, group=groups["dp"])  # the replicas' sum, then their mean
-            param.grad /= n_d
+            dist.all_reduce(param.grad, op=dist.ReduceOp.AVG, group=groups["dp"])  # notebook 03
         with torch.no_grad():
             for param in stage.parameters():
                 param -= lr * param.grad
@@ -577,9 +585,10 @@ grade(train_3d)
 # GPT-style models **tie** the input embedding and the output layer: one matrix $E$ turns
 # tokens into vectors at the start of the model and vectors into token scores at its end.
 # With pipeline stages, the start is on the first stage and the end on the last, so Megatron-LM
-# keeps a copy of $E$ on both (here whole on every TP rank, like the LayerNorm), and builds a
-# process group for the copies of each pipeline, its "embedding group", next to the PP, DP and
-# TP groups. `tied_groups` lists them.
+# keeps a copy of $E$ on both, and builds a process group for the copies of each pipeline, its
+# "embedding group", next to the PP, DP and TP groups. Megatron-LM also splits $E$ over TP, by
+# vocabulary (each TP rank holds some tokens' rows); this notebook simplifies: its copy of $E$
+# is whole on every TP rank, like the LayerNorm. `tied_groups` lists them.
 
 # %%
 def tied_groups(shape):
@@ -598,7 +607,7 @@ def tied_groups(shape):
 # Write `sync_tied(grad, groups)`, called on every rank of the first and the last stage:
 # `grad` is this rank's copy's gradient, to be made that in place; `groups` holds this
 # rank's "pp", "dp" and "tp" groups and "tied", its embedding group (with one stage, the rank
-# alone). The picture for the grid (2, 2, 2), one copy per rank of stages 0 and 1:
+# alone). The replicas' reduction, over DP, is given; yours is the one before it. The picture for the grid (2, 2, 2), one copy per rank of stages 0 and 1:
 #
 # ```
 #           stage 0 (E turns tokens into vectors)   stage 1 (E turns vectors into scores)
@@ -610,7 +619,8 @@ def tied_groups(shape):
 def sync_tied(grad, groups):
     """In place: this rank's copy's gradient of the tied weight, from its own stage's use on
     its replica's rows, made the gradient one process gets from the whole batch."""
-    dist.all_reduce(grad, group=groups["tied"]); dist.all_reduce(grad, group=groups["dp"]); grad /= dist.get_world_size(groups["dp"])  # BLANK `dist.all_reduce(grad, group=groups["tied"]); dist.all_reduce(grad, group=groups["dp"]); grad /= dist.get_world_size(groups["dp"])` the reductions # ACCEPT `dist.all_reduce(grad, group=groups["dp"]); grad /= dist.get_world_size(groups["dp"]); dist.all_reduce(grad, group=groups["tied"])` `dist.all_reduce(grad, group=groups["tied"]); dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=groups["dp"])` # REJECT `dist.all_reduce(grad, group=groups["tied"])` `dist.all_reduce(grad, group=groups["tied"]); grad /= 2; dist.all_reduce(grad, group=groups["dp"]); grad /= dist.get_world_size(groups["dp"])` `dist.all_reduce(grad, group=groups["dp"]); grad /= dist.get_world_size(groups["dp"])` `dist.all_reduce(grad, group=groups["tied"]); dist.all_reduce(grad, group=groups["dp"])` `dist.all_reduce(grad, group=groups["pp"]); dist.all_reduce(grad, group=groups["dp"]); grad /= dist.get_world_size(groups["dp"])`
+    dist.all_reduce(grad, group=groups["tied"])  # BLANK `dist.all_reduce(grad, group=groups["tied"])` the reduction before the replicas # ACCEPT `dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=groups["tied"])` `dist.all_reduce(tensor=grad, group=groups["tied"])` # REJECT `dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=groups["tied"])` `dist.all_reduce(grad, group=groups["pp"])` `dist.all_reduce(grad, group=groups["tp"])` `dist.all_reduce(grad)` `dist.all_reduce(grad, group=groups["tied"]); grad /= dist.get_world_size(groups["tied"])`
+    dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=groups["dp"])  # the replicas (given)
 
 
 # %% [markdown]
@@ -857,35 +867,18 @@ grade(layout_memory)
 # with its model states per GPU; a layout fits when they stay within `limit`, here three
 # quarters of the 80 GB, the rest left to the activations.
 #
-# What each dimension costs a step, for a fixed batch on a fixed set of GPUs (Narayanan et al.,
-# §3):
+# What Narayanan et al. measured (§5.4; throughput per GPU, a fixed global batch on 64 A100
+# GPUs, 8 a server). The figures draw bars at several global batch sizes; the table gives
+# the order the paper reads from them, fastest first:
 #
-# * **DP**: one all-reduce of the gradients per step, after the pipeline's flush in PTD-P
-#   (Megatron-LM later overlapped it with the backward pass, `--overlap-grad-reduce`); each
-#   GPU of DP computes its rows' matmuls at their full size.
-# * **TP**: all-reduces of activations in every layer, forward and backward (4 per layer),
-#   on the fast links of a server; each GPU's matrix multiplications are 1/TP as large, and
-#   small ones use a GPU less well. The paper measured this cost modest within a
-#   server and steep once a TP group spans servers.
-# * **PP**: a bubble (notebook 05): with $m$ micro-batches and $p$ stages, GPipe idles
-#   $(p - 1)/m$ of the compute time, $(p - 1)/(m + p - 1)$ of the step; $m$ is bounded by the
-#   replica's share of the batch, which shrinks as DP grows. Plus the sends between stages,
-#   on slower links between servers.
-#
-# What they measured (§5.4, throughput per GPU, a fixed batch on a fixed set of GPUs):
-#
-# * A 162-billion-parameter GPT on 64 GPUs, every GPU in model parallelism (TP x PP = 64):
-#   the fastest split was TP 8 x PP 8; TP 16 and 32, across servers, were slower, and so were
-#   TP 2 and 4 with their 32 and 16 stages (their Figure 13).
-# * A 5.9-billion-parameter GPT on 64 GPUs, a model that needs little model parallelism:
-#   throughput fell as the pipeline grew from 2 stages to 8, DP shrinking from 32 to 8 (Figure
-#   14), and it fell as TP grew from 2 to 8, DP again shrinking (Figure 15), at every batch
-#   size they tried.
+# | figure | model | layouts measured (TP, PP, DP) | fastest first |
+# | --- | --- | --- | --- |
+# | 13 | 162B GPT | (2, 32, 1), (4, 16, 1), (8, 8, 1), (16, 4, 1), (32, 2, 1) | (8, 8, 1); the other four slower |
+# | 14 | 5.9B GPT | (1, 2, 32), (1, 4, 16), (1, 8, 8) | (1, 2, 32), (1, 4, 16), (1, 8, 8) |
+# | 15 | 5.9B GPT | (2, 1, 32), (4, 1, 16), (8, 1, 8) | (2, 1, 32), (4, 1, 16), (8, 1, 8) |
 #
 # Write `choose_layout`: of the layouts that fit, the one these measurements say is the
-# fastest (the candidates keep TP within a server; where one layout wins by Figure 13 and
-# another by Figures 14 and 15, the chooser goes with Figures 14 and 15); `rows` comes in any
-# order.
+# fastest; `rows` comes in any order.
 
 # %%
 def candidates(psi, gpus, gpus_per_node, layers, zero1=False):
@@ -939,8 +932,23 @@ grade(choose_layout)
 ### END HIDDEN TESTS
 
 # %% [markdown] why="choose_layout"
-# **Why.** The measurements are Narayanan et al.'s two findings, and the key puts them in
-# this order:
+# **Why.** What each dimension costs a step, for a fixed batch on a fixed set of GPUs
+# (Narayanan et al., §3), explains the order:
+#
+# * **DP**: one all-reduce of the gradients per step, after the pipeline's flush in PTD-P
+#   (Megatron-LM later overlapped it with the backward pass, `--overlap-grad-reduce`); each
+#   GPU of DP computes its rows' matmuls at their full size.
+# * **TP**: all-reduces of activations in every layer, forward and backward (4 per transformer
+#   layer and micro-batch, attention's and the MLP's; this notebook's MLP block makes 2, $g$'s
+#   forward and $f$'s backward), on the fast links of a server; each GPU's matrix multiplications are 1/TP as large, and
+#   small ones use a GPU less well. The paper measured this cost modest within a
+#   server and steep once a TP group spans servers.
+# * **PP**: a bubble (notebook 05): with $m$ micro-batches and $p$ stages, GPipe idles
+#   $(p - 1)/m$ of the compute time, $(p - 1)/(m + p - 1)$ of the step; $m$ is bounded by the
+#   replica's share of the batch, which shrinks as DP grows. Plus the sends between stages,
+#   on slower links between servers.
+#
+# The measurements are Narayanan et al.'s two findings, and the key puts them in this order:
 #
 # 1. Of two layouts that fit, the one with less model parallelism (fewer GPUs to hold one copy
 #    of the model, TP x PP) is faster, however each splits it between TP and PP: use only as

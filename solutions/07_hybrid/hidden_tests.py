@@ -439,6 +439,15 @@ def TPBlock(cls, rng):  # noqa: N802 - the exercise is named after the learner's
                                          f"{held}; TP rank {t} of {tp} holds {wanted}: its rows "
                                          "of fc1 (and of its bias), its columns of fc2, the "
                                          "LayerNorm and fc2's bias whole")
+                made = _all_reduces_by_group(got["fwd"])
+                others = [c["kind"] for c in got["fwd"]["calls"] if c["kind"] != "all_reduce"]
+                if tp > 1 and (made != collections.Counter({tuple(tp_ranks): 1}) or others):
+                    raise AssertionError(
+                        f"{where}: rank {rank}'s forward made all-reduces in groups "
+                        f"{dict(made)}{' and ' + str(others) if others else ''}; a "
+                        f"tensor-parallel block makes one all-reduce in its forward, in its "
+                        f"TP group {tp_ranks} (g forward: fc2's partial sums, one per TP rank, "
+                        "summed into the output)")
                 _check_block_output(where, rank, got["out"], want.detach(), block, tp)
                 if got["x_grad"] is None:
                     raise AssertionError(f"{where}: rank {rank}'s input got no gradient")
@@ -573,8 +582,9 @@ def train_3d(fn, rng):
             first_rank_failure(where, entries)
             model, whole = _train_plain(pp, case["hidden"], case["ff"], case["seq"],
                                         case["rows"], case["seed"], case["steps"], case["lr"])
+            for rank, (_, got) in enumerate(entries):  # every rank's rows first: a wrong
+                _check_micro_rows(where, rank, got["rows"], shape, case)  # replica shows there
             for rank, (_, got) in enumerate(entries):
-                _check_micro_rows(where, rank, got["rows"], shape, case)
                 _check_dp_average(where, rank, got["rec"], shape, n, 6, case["steps"],
                                   2 * case["micro_batches"])
                 _check_pipeline(where, rank, got["rec"], shape, case)

@@ -1,46 +1,64 @@
 """Shortcuts of notebook 07 (DP x TP x PP): blank fills that earn the values without the idea
-(f before the LayerNorm or left out, the stages numbered by global rank or along the DP or TP
-group, the FSDP units without a root around the blocks or one unit for all, the tied weight's
-two uses averaged or its replicas summed or the whole pipeline taken for the embedding group,
-02's four TP all-reduces a layer, the replicated parameters divided by TP, ZeRO-1 ignored, the
-fewest stages or TP up to a server before the least model parallelism, ties left to row
-order), and correct answers written otherwise."""
+(f before the LayerNorm or left out, g left out, fc2's bias summed by g, the stages numbered
+by global rank or along the DP or TP group, the replica's rows not cut or counted from the
+global rank, the FSDP units without a root around the blocks or one unit for all, the tied
+weight's two uses averaged or the whole pipeline taken for the embedding group, 02's four TP
+all-reduces a layer, the replicated parameters divided by TP, ZeRO-1 ignored, the fewest
+stages or TP up to a server before the least model parallelism, ties left to row order), and
+correct answers written otherwise."""
 
 from shortcuts import Shortcut
 
+ROWS = ('; d, n_d = dist.get_rank(groups["dp"]), dist.get_world_size(groups["dp"]); '
+        'xs, ys = x.chunk(n_d)[d].chunk(micro_batches), y.chunk(n_d)[d].chunk(micro_batches)')
+RET = "; return x + self.g.apply(F.linear(h, self.w2)) + self.b2"  # the rest of a TPBlock forward
+
 SHORTCUTS = [
-    Shortcut("TPBlock", {1: "F.gelu(F.linear(self.norm(self.f.apply(x)), self.w1, self.b1))"},
+    Shortcut("TPBlock", {1: "h = F.gelu(F.linear(self.norm(self.f.apply(x)), self.w1, "
+                            "self.b1))" + RET},
              "f before the LayerNorm (notebook 04's place, on the layer's input): the norm's "
              "weight and bias get this rank's features' share of their gradient", "LayerNorm"),
-    Shortcut("TPBlock", {1: "F.gelu(F.linear(self.norm(x), self.w1, self.b1))"},
+    Shortcut("TPBlock", {1: "h = F.gelu(F.linear(self.norm(x), self.w1, self.b1))" + RET},
              "f left out: the input's gradient is this rank's share", "the input's gradient"),
-    Shortcut("TPBlock", {1: "F.gelu(F.linear(self.norm(x), self.w1, self.b1)) + "
-                            "0 * self.f.apply(x).sum()"},
+    Shortcut("TPBlock", {1: "h = F.gelu(F.linear(self.norm(x), self.w1, self.b1)) + "
+                            "0 * self.f.apply(x).sum()" + RET},
              "f called on the input where it changes nothing", "the input's gradient"),
-    Shortcut("train_3d", {1: "pipeline = list(range(dist.get_world_size())); p = dist.get_rank()"},
+    Shortcut("TPBlock", {1: "h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1, self.b1)); "
+                            "return x + F.linear(h, self.w2) + self.b2"},
+             "g left out: this rank's partial sum taken for the output", "g forward"),
+    Shortcut("TPBlock", {1: "h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1, self.b1)); "
+                            "return x + self.g.apply(F.linear(h, self.w2, self.b2))"},
+             "fc2's bias added before g's sum, so once per TP rank", "once per TP rank"),
+    Shortcut("train_3d", {1: "pipeline = list(range(dist.get_world_size())); p = dist.get_rank(); "
+                          "xs, ys = x.chunk(micro_batches), y.chunk(micro_batches)"},
              "the bug report's line kept: the stages numbered by global rank", "pipeline"),
     Shortcut("train_3d", {1: 'pipeline = dist.get_process_group_ranks(groups["dp"]); '
-                          'p = pipeline.index(dist.get_rank())'},
+                          'p = pipeline.index(dist.get_rank())' + ROWS},
              "the DP group taken for the pipeline", "pipeline"),
     Shortcut("train_3d", {1: 'pipeline = dist.get_process_group_ranks(groups["tp"]); '
-                          'p = pipeline.index(dist.get_rank())'},
+                          'p = pipeline.index(dist.get_rank())' + ROWS},
              "the TP group taken for the pipeline (rank ± 1 on the grid)", "pipeline"),
+    Shortcut("train_3d", {1: 'pipeline = dist.get_process_group_ranks(groups["pp"]); '
+                          'p = pipeline.index(dist.get_rank()); '
+                          'xs, ys = x.chunk(micro_batches), y.chunk(micro_batches)'},
+             "every replica on the whole batch", "its DP group"),
+    Shortcut("train_3d", {1: 'pipeline = dist.get_process_group_ranks(groups["pp"]); '
+                          'p = pipeline.index(dist.get_rank()); d, n_d = dist.get_rank() % '
+                          'dist.get_world_size(groups["dp"]), dist.get_world_size(groups["dp"]); '
+                          'xs, ys = x.chunk(n_d)[d].chunk(micro_batches), '
+                          'y.chunk(n_d)[d].chunk(micro_batches)'},
+             "the replica counted from the global rank", "its DP group"),
     Shortcut("shard_2d", {1: "list(model)"},
              "a unit per block and no unit around them: every block a root, kept whole from "
              "its forward to its backward", "root"),
     Shortcut("shard_2d", {1: "[model]"},
              "the whole model one unit: every block whole at once", "several blocks in one unit"),
     Shortcut("sync_tied", {1: 'dist.all_reduce(grad, group=groups["tied"]); '
-                              'grad /= dist.get_world_size(groups["tied"]); '
-                              'dist.all_reduce(grad, group=groups["dp"]); '
-                              'grad /= dist.get_world_size(groups["dp"])'},
+                              'grad /= dist.get_world_size(groups["tied"])'},
              "the two uses averaged like replicas", "different uses"),
-    Shortcut("sync_tied", {1: 'dist.all_reduce(grad, group=groups["tied"]); '
-                              'dist.all_reduce(grad, group=groups["dp"])'},
-             "the replicas summed like uses", "not their sum"),
-    Shortcut("sync_tied", {1: 'dist.all_reduce(grad, group=groups["pp"]); '
-                              'dist.all_reduce(grad, group=groups["dp"]); '
-                              'grad /= dist.get_world_size(groups["dp"])'},
+    Shortcut("sync_tied", {1: 'dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=groups["tied"])'},
+             "the two uses averaged like replicas, by ReduceOp.AVG", "different uses"),
+    Shortcut("sync_tied", {1: 'dist.all_reduce(grad, group=groups["pp"])'},
              "the whole pipeline for the embedding group (right with 2 stages only)",
              "world_size=6"),
     Shortcut("sync_tied", {1: 'dist.all_reduce(grad); grad /= dist.get_world_size() / 2'},
@@ -78,15 +96,18 @@ SHORTCUTS = [
 HONEST = [
     Shortcut("group_ranks", {1: "tuple(c for i, c in enumerate(coords) if i != dim)"},
              "the other coordinates, by enumerate"),
-    Shortcut("TPBlock", {1: "F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1) + self.b1)"},
+    Shortcut("TPBlock", {1: "h = F.gelu(F.linear(self.f.apply(self.norm(x)), self.w1) + "
+                            "self.b1)" + RET},
              "the bias added outside F.linear"),
+    Shortcut("TPBlock", {1: "return x + self.g.apply(F.linear(F.gelu(F.linear(self.f.apply("
+                            "self.norm(x)), self.w1, self.b1)), self.w2)) + self.b2"},
+             "the forward as one expression"),
     Shortcut("train_3d", {1: 'pipeline = dist.get_process_group_ranks(groups.get("pp")); '
-                             'p = dist.get_rank(groups.get("pp"))'},
+                             'p = dist.get_rank(groups.get("pp"))' + ROWS},
              "the stage by dist.get_rank of the PP group"),
     Shortcut("shard_2d", {1: "list(model) + [model]"}, "the units by list concatenation"),
-    Shortcut("sync_tied", {1: 'dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=groups["dp"]); '
-                              'dist.all_reduce(grad, group=groups["tied"])'},
-             "the replicas averaged first, by ReduceOp.AVG"),
+    Shortcut("sync_tied", {1: 'dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=groups["tied"])'},
+             "the sum named"),
     Shortcut("group_bytes", {1: 'dims["blocks"] // pp * 2 * micro_batches * '
                                 "(rows // dp // micro_batches) * seq * hidden * itemsize"},
              "per micro-batch, times the micro-batches"),
@@ -97,4 +118,5 @@ HONEST = [
 # The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
 # made from the right one); that blank must cost its point and be named in the feedback.
 WRONG = ("train_3d", 1, lambda answer: "pipeline = list(range(dist.get_world_size())); "
-                                         "p = dist.get_rank()")
+                                         "p = dist.get_rank(); xs, ys = x.chunk(micro_batches), "
+                                         "y.chunk(micro_batches)")
