@@ -462,9 +462,9 @@ for (label, _), rows in zip(panels, per_rank):
 #     dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)   # over every rank
 # ```
 #
-# The router's came out right; with more than one expert group (EP > 1) the experts' did not.
-# Fix the experts' reduction: the group their gradients are summed in, and what the sum is
-# then divided by.
+# The router's came out right; with the experts split over more than one rank (EP > 1) the
+# experts' did not. Fix the experts' reduction: the group their gradients are summed in, and
+# what the sum is then divided by.
 #
 # The API: `dist.new_subgroups_by_enumeration(lists)`, called by every rank with the same lists
 # of ranks, makes one group per list and returns (the group this rank is in, all the groups);
