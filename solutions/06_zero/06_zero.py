@@ -16,8 +16,8 @@
 #
 # **What you will build**
 #
-# 1. The paper's memory model for a 7.5B model on 64 GPUs, and a prediction from it: how
-#    many GPUs a model needs before its states fit.
+# 1. A prediction from the paper's memory model (given, checked on its 7.5B model on 64
+#    GPUs): how many GPUs a model needs before its states fit.
 # 2. ZeRO-1: a sharded optimizer that wraps any PyTorch optimizer; each rank keeps the state of
 #    the parameters it owns, and the result equals the unsharded optimizer's.
 # 3. A flat, padded buffer cut into equal slices, what ZeRO-2 holds on it (a prediction),
@@ -47,7 +47,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from distlab import reveal, run
 from distlab.zero import (
     count_collectives,
-    live_bytes,
+    grads_at_first_collective,
     sent_per_rank,
     show_assignment,
     show_live,
@@ -303,7 +303,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, optimizer_cls, **kwargs):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.optimizer_cls, self.kwargs = optimizer_cls, kwargs
-        self.loads = [0] * self.world_size  # elements each rank owns
+        self.loads = [0] * self.world_size  # elements each rank owns: none yet
         self.local = None
         self.pairs = []  # (the wrapper's group, the local group with this rank's part of it)
         super().__init__(params, defaults=kwargs)  # calls add_param_group for each group
@@ -467,8 +467,9 @@ grade(ShardedOptimizer)
 #
 # * `dist.all_gather_single(out, part)`: `out` (N times `part`'s length) becomes every
 #   rank's `part`, in rank order;
-# * `dist.reduce_scatter_single(out, whole, op=dist.ReduceOp.AVG)`: `out` (1/N of `whole`'s
-#   length) becomes piece `rank` of the average over ranks of their `whole` tensors.
+# * `dist.reduce_scatter_single(out, whole, op=dist.ReduceOp.MAX)`: `out` (1/N of `whole`'s
+#   length) becomes piece `rank` of the element-wise largest of the ranks' `whole` tensors;
+#   `op` is any `ReduceOp`, as for `all_reduce`.
 #
 # The layout, given: a slice is the buffer's length over $N$, rounded up; the zeros at the end
 # fill the last slice. It only lays out and slices; it communicates nothing.
@@ -518,52 +519,53 @@ def flat_shard_check(rank, world_size):
     every = torch.empty(2 * world_size)
     dist.all_gather_single(every, clock)  # every rank's readings, in rank order
     readings = torch.arange(6.0) * (rank + 1)  # six readings, each rank's scaled by rank + 1
-    mean_pair = torch.empty(2)
-    dist.reduce_scatter_single(mean_pair, readings, op=dist.ReduceOp.AVG)
+    latest_pair = torch.empty(2)
+    dist.reduce_scatter_single(latest_pair, readings, op=dist.ReduceOp.MAX)
     return (flat.tolist(), shard.tolist(), torch.equal(back[0], weight), every.tolist(),
-            mean_pair.tolist())
+            latest_pair.tolist())
 
 
 results = run(flat_shard_check, world_size=3)
-for rank, (flat, shard, same, every, mean_pair) in enumerate(results):
+for rank, (flat, shard, same, every, latest_pair) in enumerate(results):
     print(f"rank {rank}: flat {flat}, slice {shard}\n        all-gathered clocks {every}, "
-          f"reduce-scattered mean {mean_pair}")
+          f"reduce-scattered largest {latest_pair}")
     assert flat == list(range(10)) + [0.0, 0.0], "10 elements, then padding to 12"
     drawn = [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0, 0.0, 0.0]][rank]
     assert shard == drawn, f"rank {rank}'s slice is {shard}, the picture above draws {drawn}"
     assert same, "the views of the buffer are the tensors"
     assert every == [0.0, 1.0, 10.0, 11.0, 20.0, 21.0]
-    assert mean_pair == [4.0 * rank, 4.0 * rank + 2], "piece `rank` of 2x the readings"
+    assert latest_pair == [6.0 * rank, 6.0 * rank + 3], "piece `rank` of 3x the readings"
 print("equal, padded slices, and the two collectives")
 
 # %% [markdown]
 # **Predict first.** Section 4 builds ZeRO-2 over this layout: all parameters in one flat
-# buffer, rank $r$ owning slice $r$. Its `step()` starts where the backward left this rank's
-# own gradient, in every `p.grad`. It lays them out in one flat buffer (`flatten`), drops the
-# `p.grad`s, and only then communicates: each rank ends up with its slice of the gradient,
-# averaged over the ranks (to update its slice of the parameters), and no full gradient.
+# buffer, rank $r$ owning slice $r$, and the gradients partitioned too (section 1's stage 2).
+# Its `step()` starts where the backward left this rank's own gradient, in every `p.grad`. It
+# lays them out in one flat buffer (`flatten`), drops the `p.grad`s, and only then
+# communicates, within section 4's budget.
 #
 # A model of `numel` parameter elements, in a dtype of `itemsize` bytes, on `world_size`
-# ranks: while `step()` reduce-scatters the gradients, how many bytes of gradients does one
-# rank hold? Section 4's check measures it on the ranks, from the tensors alive at that
-# moment, as your step runs.
+# ranks: as `step()` starts its first collective, how many bytes of gradients does one rank
+# hold? Section 4's check measures it on the ranks, from the tensors alive at that moment, as
+# your step runs.
 
 # %% solution="zero2_held_bytes"
 def zero2_held_bytes(numel, world_size, itemsize):
-    """Your prediction: bytes of gradients one rank holds while a ZeRO-2 step over a FlatShard
-    layout reduce-scatters them."""
+    """Your prediction: bytes of gradients one rank holds as a ZeRO-2 step over a FlatShard
+    layout starts its first collective."""
     size = -(-numel // world_size); return (world_size + 1) * size * itemsize  # BLANK `size = -(-numel // world_size); return (world_size + 1) * size * itemsize` your prediction # SHAPE `the byte count is the prediction` # ACCEPT `n = math.ceil(numel / world_size); return n * world_size * itemsize + n * itemsize` # REJECT `size = -(-numel // world_size); return size * itemsize` `size = -(-numel // world_size); return world_size * size * itemsize` `size = numel / world_size; return (world_size + 1) * size * itemsize` `size = -(-numel // world_size); return numel * itemsize + size * itemsize` `size = -(-numel // world_size); return (numel + world_size * size + size) * itemsize` `size = -(-numel // world_size); return 2 * size * itemsize`
 
 
 # %%
 print("your prediction, the small model's", sum(sizes), "float64 elements on 4 ranks:",
-      zero2_held_bytes(sum(sizes), 4, 8), "bytes of gradients while step() reduce-scatters")
+      zero2_held_bytes(sum(sizes), 4, 8), "bytes of gradients as step() starts communicating")
 print("(held against what the ranks hold after the next exercise)")
 
 # %% tests="zero2_held_bytes_tests" points=1
 # Hidden tests (1 point): 1 to 64 ranks, element counts that are and are not multiples of the
 # world size (fewer than the ranks too), itemsizes 2, 4 and 8; against the gradient bytes a
-# ZeRO-2 rank holds while it reduce-scatters, measured on real ranks for a few of them.
+# ZeRO-2 rank holds as its step starts its first collective, measured on real ranks for a few
+# of them.
 ### BEGIN HIDDEN TESTS
 # Review round 6: the prediction asks for a number section 1's formula does not give (the
 # peak of gradient bytes in step(), not the bytes held after it); measured from live tensors.
@@ -589,7 +591,7 @@ grade(zero2_held_bytes)
 # * the budget: DDP's traffic, $2\Psi$ per rank for large $N$ (the hidden test records each
 #   collective of `step()` and its bytes).
 #
-# The tools: `FlatShard`, section 3's two collectives, and `self.local`, an optimizer over
+# The tools: `FlatShard`, any collective you have met, and `self.local`, an optimizer over
 # `self.shard`.
 
 # %% solution="Zero2Optimizer" drill
@@ -617,7 +619,7 @@ class Zero2Optimizer:
 # %%
 def zero2_training(rank, world_size, optimizer_cls, kwargs, steps=3):
     """Train with your Zero2Optimizer; the parameters, which p.grad are left after step(), and
-    the bytes of gradients alive as each step's reduce-scatter starts."""
+    the most bytes of gradients alive as a step started communicating."""
     model = make_model()
     x, y = my_part(make_batch(world_size), rank, world_size)
     optimizer = Zero2Optimizer(model.parameters(), optimizer_cls, **kwargs)
@@ -625,18 +627,10 @@ def zero2_training(rank, world_size, optimizer_cls, kwargs, steps=3):
     for _ in range(steps):
         model.zero_grad()
         F.mse_loss(model(x), y).backward()  # no all-reduce here
-        grads = tensor_bytes(p.grad for p in model.parameters())
-        others = live_bytes() - grads  # what is alive besides the gradients
-
-        def gradients_now(name, others=others):
-            if name == "reduce_scatter_single":
-                state = [v for st in optimizer.local.state.values() for v in st.values()]
-                grad_peaks.append(live_bytes(*state) - (others - tensor_bytes(state)))
-
-        with count_collectives(before_each=gradients_now):
-            optimizer.step()
+        grad_peaks.append(grads_at_first_collective(model, optimizer))
     left = [p.grad is not None for p in model.parameters()]
-    return [p.detach() for p in model.parameters()], max(grad_peaks, default=None), left
+    peak = None if None in grad_peaks else max(grad_peaks)
+    return [p.detach() for p in model.parameters()], peak, left
 
 
 def unsharded(optimizer_cls, kwargs, world_size, steps=3):
@@ -660,10 +654,11 @@ for optimizer_cls, kwargs in (ADAMW, SGD):
         for got, want, pname in zip(params, expected, names, strict=True):
             assert torch.allclose(got, want, rtol=1e-10, atol=1e-12), f"rank {rank}'s {pname}"
     peak = results[0][1]
-    assert peak is not None, "step() made no reduce_scatter_single"
+    assert peak is not None, "a step() made no collective that count_collectives counts"
     predicted_right = predicted_right and guess == peak
     print(f"{optimizer_cls.__name__}: parameters equal; rank 0 held {peak} bytes of gradients "
-          f"as it reduce-scattered; your prediction {guess} {'✓' if guess == peak else '✗'}")
+          f"as a step started communicating; your prediction {guess} "
+          f"{'✓' if guess == peak else '✗'}")
 print("✓ ZeRO-2 trains exactly like the unsharded optimizer")
 if not predicted_right:
     print("✗ your prediction (zero2_held_bytes) differs from what your ranks held")
@@ -820,8 +815,7 @@ class GatheredUnit(torch.autograd.Function):
 
     @staticmethod
     def gather_unit(unit, shard):
-        """The whole unit (a flat buffer, in the compute dtype) from this rank's `shard`: cast
-        first, so that the all-gather moves the fewest bytes."""
+        """The whole unit (a flat buffer, in the compute dtype) from this rank's `shard`."""
         full = torch.empty(unit.layout.size * unit.layout.world_size, dtype=unit.compute_dtype)
         dist.all_gather_single(full, shard.detach().to(unit.compute_dtype))
         return full
@@ -974,7 +968,7 @@ grade(GatheredUnit)
 # One AdamW step of each stage, on a larger float32 model (about 100k parameters, 10 tensors),
 # and the bytes each rank holds right after the step: parameters, gradients and optimizer
 # state, counted from the live tensors (a flat buffer counts once, padding included). Then
-# the same with your formula, with fp32 AdamW's widths (4, 4, 8).
+# the same with section 1's formula (`model_state_bytes`), with fp32 AdamW's widths (4, 4, 8).
 
 # %%
 BIG = (64, 256, 128, 256, 64, 16)
@@ -1038,17 +1032,18 @@ print("✓ the formula predicts the measured bytes")
 #
 # ## 7. Communication per stage, counted
 #
-# `count_collectives()` records, on a rank, every collective call made through
-# `torch.distributed` with the bytes of its whole message ($S$). What one rank sends depends
-# on the algorithm; with notebook 01's rings it is, per call,
+# `count_collectives()` records, on a rank, each call of `all_reduce`, `broadcast`, `reduce`,
+# `all_gather_single` and `reduce_scatter_single` made through `torch.distributed` (the
+# collectives of this notebook's steps), with the bytes of its whole message ($S$). What one
+# rank sends depends on the algorithm; with notebook 01's rings it is, per call,
 #
 # | call | bytes sent per rank |
 # | --- | --- |
 # | `all_reduce` | $2\,\frac{N-1}{N}\,S$ (twice round the ring) |
 # | `reduce_scatter_single`, `all_gather_single` | $\frac{N-1}{N}\,S$ |
 #
-# and section 2's Why gives the broadcast's. `distlab.zero.sent_per_rank(calls, N)` adds them
-# up. The steps of section 6, with each rank's sent bytes in units of $\Psi$ parameters' bytes,
+# and a `broadcast` what notebook 01's tree sends, averaged over the $N$ ranks.
+# `distlab.zero.sent_per_rank(calls, N)` adds them up. The steps of section 6, with each rank's sent bytes in units of $\Psi$ parameters' bytes,
 # beside their limit as $N$ grows (the bytes times $\frac{N}{N-1}$) and the paper's count
 # (Rajbhandari et al.: $2\Psi$ for DDP and for stages 1 and 2, $3\Psi$ for stage 3). Stage 1
 # here is section 2's design, not the paper's.
@@ -1410,7 +1405,7 @@ grade(lm_plan)
 
 # %% [markdown]
 # What each rank holds after training in bf16 (reduced in fp32), counted from the tensors, beside
-# the paper's mixed-precision formula $(2 + 2 + 12)\,\Psi / N_d$ for stage 3 (your
+# the paper's mixed-precision formula $(2 + 2 + 12)\,\Psi / N_d$ for stage 3 (section 1's
 # `model_state_bytes` with its default widths). The parts differ, the total does not: the paper
 # keeps an fp16 copy of the parameters' slice (2) and an fp16 gradient (2) beside the fp32
 # master, momentum and variance ($K$ = 12). Here, as the columns show, the fp32 master slice
@@ -1447,8 +1442,8 @@ print("✓ 16 bytes per parameter over N: the paper's mixed-precision Adam, meas
 # * Data parallelism stores the model states $N_d$ times. ZeRO partitions the optimizer state
 #   (stage 1), the gradients (2) and the parameters (3): for 7.5B parameters on 64 GPUs, 120 GB
 #   per GPU become 31.4, 16.6 and 1.9 GB.
-# * Stages 1 and 2 can cost DDP's $2\Psi$ (section 4's explanation says how); stage 3 costs
-#   $3\Psi$ (section 7).
+# * Stages 1 and 2 can cost DDP's $2\Psi$, as your ZeRO-2 does (section 7; section 2's
+#   ZeRO-1 keeps DDP's all-reduce and costs $3\Psi$); stage 3 costs $3\Psi$ (section 7).
 # * Equal slices of one padded flat buffer balance exactly; whole parameters do not.
 # * A tensor is freed when no reference is left, autograd's included (section 5).
 #

@@ -405,12 +405,12 @@ class _Zero2:
 
 def _grad_peak_harness(rank, world_size, _fn, cases):
     """Per case, two AdamW steps of the trusted ZeRO-2 on a model of those widths (in that
-    dtype): the most bytes of gradients alive as a reduce-scatter starts, measured from the
-    live tensors as the notebook's check does."""
+    dtype): the most bytes of gradients alive as a step starts its first collective (its
+    reduce-scatter), measured from the live tensors as the notebook's check does."""
     import torch
     import torch.nn.functional as F
 
-    from distlab.zero import count_collectives, live_bytes, tensor_bytes
+    from distlab.zero import grads_at_first_collective
 
     def one_case(case):
         widths, dtype, seed = case
@@ -422,16 +422,7 @@ def _grad_peak_harness(rank, world_size, _fn, cases):
         for _ in range(2):
             model.zero_grad()
             F.mse_loss(model(x), y).backward()
-            grads = tensor_bytes(p.grad for p in model.parameters())  # first: seen by gc then
-            others = live_bytes() - grads
-
-            def gradients_now(name, others=others):
-                if name == "reduce_scatter_single":
-                    state = [v for st in optimizer.local.state.values() for v in st.values()]
-                    peaks.append(live_bytes(*state) - (others - tensor_bytes(state)))
-
-            with count_collectives(before_each=gradients_now):
-                optimizer.step()
+            peaks.append(grads_at_first_collective(model, optimizer))
         return max(peaks)
 
     return run_cases(rank, world_size, cases, one_case)

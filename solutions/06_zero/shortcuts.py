@@ -1,10 +1,10 @@
 """Shortcuts of notebook 06 (ZeRO): blank fills that earn the values without the idea (the
 fewest GPUs taken as if every byte shrank, found by calling the table or by a search in floats,
 owners given in turn, an owner-masked all-reduce for the owner's broadcast, owners worked out
-afresh for each group, ZeRO-2's gradient bytes without the flat buffer or the slice, a gradient
-all-reduced and sliced, parameters gathered into a new tensor, a gathered unit kept or saved,
-the master's gradient sent through bf16, a plan over its gathered bytes or all-gathers), and
-correct answers written otherwise."""
+afresh for each group or from the final loads, ZeRO-2's gradient bytes without the flat buffer
+or the slice, a gradient all-reduced and sliced, parameters gathered into a new tensor, a
+gathered unit kept or saved, the master's gradient sent through bf16, a plan over its gathered
+bytes or all-gathers), and correct answers written otherwise."""
 
 from shortcuts import Shortcut
 

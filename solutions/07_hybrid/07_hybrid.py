@@ -543,8 +543,10 @@ def run_3d(rank, world_size, shape, count=False, blocks=None):
     stage = nn.Sequential(*(TPBlock(block, groups["tp"]) for block in model[p * k:(p + 1) * k]))
     names = {name: dist.get_process_group_ranks(group) for name, group in groups.items()}
     if not count:
+        rows = []  # the rows of each micro-batch this rank's stage ran
+        stage.register_forward_pre_hook(lambda module, args: rows.append(len(args[0])))
         train_3d(stage, *make_batch(), groups)
-        return [t.detach() for t in stage.parameters()]
+        return [t.detach() for t in stage.parameters()], sum(rows)
     with count_by_group(names) as calls:
         train_3d(stage, *make_batch(), groups, steps=1)
     return {name: calls.bytes_by(name) for name in names}
@@ -552,8 +554,11 @@ def run_3d(rank, world_size, shape, count=False, blocks=None):
 
 require_filled(train_3d)
 expected = single_process(steps=2)
-for rank, params in enumerate(run(run_3d, (2, 2, 2), world_size=8)):
+for rank, (params, rows) in enumerate(run(run_3d, (2, 2, 2), world_size=8)):
     p = mesh_coords(rank, (2, 2, 2))[0]
+    share = 2 * len(make_batch()[0]) // 2  # 2 steps, each of its replica's half of the batch
+    assert rows == share, (f"rank {rank} (stage {p}) ran {rows} rows in 2 steps, where its "
+                           f"replica's share of the batch is {share}")
     block = [q.detach() for q in expected[p].parameters()]
     for got in params:
         assert any(is_part(got, q) for q in block), f"rank {rank} (stage {p}): a parameter"
@@ -862,14 +867,15 @@ grade(layout_memory)
 
 # %% [markdown]
 # Now a layout for the largest run of Narayanan et al.: a GPT of about 1 trillion parameters
-# (1008 billion) in 128 transformer layers on 3072 A100 GPUs of 80 GB, 8 GPUs per server (their Table 1).
+# (1008 billion) in 128 transformer layers on 3072 A100 GPUs (their Table 1), of 80 GB, 8 a
+# server (their §5's cluster).
 # `candidates` lists every layout with TP within a server and whole layers on each stage, each
 # with its model states per GPU; a layout fits when they stay within `limit`, here three
 # quarters of the 80 GB, the rest left to the activations.
 #
-# What Narayanan et al. measured (§5.4; throughput per GPU, a fixed global batch on 64 A100
-# GPUs, 8 a server). The figures draw bars at several global batch sizes; the table gives
-# the order the paper reads from them, fastest first:
+# What Narayanan et al. measured (§5.4; throughput per GPU on 64 A100 GPUs, 8 a server, one
+# bar per layout at each of several global batch sizes). The table gives the order the paper
+# reads from them, fastest first:
 #
 # | figure | model | layouts measured (TP, PP, DP) | fastest first |
 # | --- | --- | --- | --- |

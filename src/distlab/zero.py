@@ -1,13 +1,15 @@
 """ZeRO: count what the ranks hold and what they send, and draw it.
 
-    with count_collectives() as counter:     # on a rank: every torch.distributed collective
-        ...                                  # call is recorded with the bytes it moves
+    with count_collectives() as counter:     # on a rank: each call of the collectives in
+        ...                                  # COUNTED is recorded with the bytes it moves
     counter.calls                            # [("all_reduce", 4096), ("broadcast", 512), ...]
     counter.live_gathered_bytes()            # all_gather outputs still alive (not yet freed)
     counter.peak_gathered_bytes              # the most that were alive at once
 
     tensor_bytes(tensors)                    # bytes of their storages, each storage once
     live_bytes(*exclude)                     # bytes of every tensor alive in this process
+    grads_at_first_collective(model, opt)    # opt.step(); the gradient bytes alive as it
+                                             # starts its first counted collective
     state_bytes(optimizer)                   # bytes of the optimizer's state tensors
     trace_gathered(model, x, counter)        # gathered bytes alive after each layer's F and B
     sent_per_rank(calls, world_size)         # bytes one rank sends for counter.calls (rings)
@@ -33,9 +35,14 @@ from distlab.intercept import intercepting
 
 PARTS = ("params", "grads", "optimizer")
 COLOURS = {"params": "tab:blue", "grads": "tab:orange", "optimizer": "tab:green"}
-# the collectives counted, and which of their arguments holds the whole message
+# the collectives counted (the torch.distributed calls this notebook uses; a list form such
+# as dist.all_gather, point-to-point calls and the *_object calls are not), and which of their
+# arguments holds the whole message
 _FULL_ARGUMENT = {"all_reduce": "tensor", "broadcast": "tensor", "reduce": "tensor",
                   "all_gather_single": "output_tensor", "reduce_scatter_single": "input"}
+
+
+COUNTED = tuple(_FULL_ARGUMENT)
 
 
 def _nbytes(t) -> int:
@@ -71,7 +78,7 @@ class CollectiveCounter:
 
 @contextlib.contextmanager
 def count_collectives(before_each=None):
-    """On a rank: count every call of the collectives in `_FULL_ARGUMENT` (made through the
+    """On a rank: count every call of the collectives in COUNTED (made through the
     `torch.distributed` module) until the block ends; before_each(name), if given, is called
     as each call starts (e.g. to count the bytes alive then)."""
     import torch
@@ -122,6 +129,30 @@ def live_bytes(*exclude) -> int:
     from distlab.memory import settled_bytes
 
     return settled_bytes(*(t for t in exclude if t is not None))
+
+
+def grads_at_first_collective(model, optimizer):
+    """Call optimizer.step() (a backward has just filled the p.grads of `model`); return the
+    bytes of gradients alive as step() starts its first collective of COUNTED: the p.grads
+    still alive and every tensor made since step() began, but the state of `optimizer.local`
+    (a wrapped optimizer's; `optimizer.state` if it has no `local`). None if step() made none
+    of those collectives."""
+    import torch
+
+    inner = getattr(optimizer, "local", optimizer)
+    grads = tensor_bytes(p.grad for p in model.parameters())  # first: seen by gc then
+    others = live_bytes() - grads  # what is alive besides the gradients
+    seen = []
+
+    def first(_name):
+        if not seen:
+            state = [v for st in inner.state.values() for v in st.values()
+                     if isinstance(v, torch.Tensor)]
+            seen.append(live_bytes(*state) - (others - tensor_bytes(state)))
+
+    with count_collectives(before_each=first):
+        optimizer.step()
+    return seen[0] if seen else None
 
 
 # bytes one rank sends per byte of a call's whole message, with notebook 01's rings
