@@ -40,19 +40,19 @@ WARMUP, REPEATS, ROUNDS = 2, 7, 3  # per round; medians over REPEATS x ROUNDS st
 WORLD_SIZES = (2, 4)
 
 
-def _single_device_mlp(rank, world_size, x, w1, b1, w2, b2):
+def _single_device_mlp(rank, world_size, x, w1, w2):
     import torch.nn.functional as F
 
-    return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+    return F.linear(F.gelu(F.linear(x, w1)), w2)
 
 
-def _tp_mlp_own_shards(megatron_f_g, rank, world_size, x, w1_shard, b1_shard, w2_shard, b2):
-    """tp_mlp with this rank's shards given (contiguous leaves), not sliced from the whole."""
+def _tp_mlp_own_shards(megatron_f_g, rank, world_size, x, w1_shard, w2_shard):
+    """tp_mlp (no biases) with this rank's shards given (contiguous leaves), not sliced from
+    the whole."""
     import torch.nn.functional as F
 
     f, g = megatron_f_g()
-    partial = F.linear(F.gelu(F.linear(f.apply(x), w1_shard, b1_shard)), w2_shard)
-    return g.apply(partial) + b2
+    return g.apply(F.linear(F.gelu(F.linear(f.apply(x), w1_shard)), w2_shard))
 
 
 def _time_steps(rank, world_size, variants, x, params, grad_y, warmup, repeats):
@@ -65,11 +65,11 @@ def _time_steps(rank, world_size, variants, x, params, grad_y, warmup, repeats):
 
     from distlab.tensor_parallel import count_collectives
 
-    w1, b1, w2, b2 = params
-    own = [t.chunk(world_size, dim)[rank].contiguous() for t, dim in ((w1, 0), (b1, 0), (w2, 1))]
+    w1, w2 = params
+    own = [t.chunk(world_size, dim)[rank].contiguous() for t, dim in ((w1, 0), (w2, 1))]
     steps = {}
     for name, (mlp, own_shards) in variants.items():
-        weights = [*own, b2] if own_shards else params
+        weights = own if own_shards else params
         leaves = [t.clone().requires_grad_() for t in (x, *weights)]  # x too: f's backward runs
 
         def step(mlp=mlp, leaves=leaves):
@@ -103,8 +103,8 @@ def main() -> list[dict]:
                                                 ((2,), 1, 1, 1))
     gen = torch.Generator().manual_seed(0)
     x, grad_y = torch.randn(ROWS, D, generator=gen), torch.randn(ROWS, D, generator=gen)
-    params = [torch.randn(H, D, generator=gen) / D**0.5, torch.randn(H, generator=gen),
-              torch.randn(D, H, generator=gen) / H**0.5, torch.randn(D, generator=gen)]
+    params = [torch.randn(H, D, generator=gen) / D**0.5,
+              torch.randn(D, H, generator=gen) / H**0.5]  # w1, w2: the MLP has no biases
     cores, load_before = os.cpu_count(), os.getloadavg()[0]
     variants = {1: {"baseline: single-device MLP, 1 process": (_single_device_mlp, False)}}
     for n in world_sizes:

@@ -19,9 +19,8 @@ from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (
 ASSIGNMENT = "04_tensor_parallel"
 nb = Notebook(ASSIGNMENT)
 # tp_region's blank with no f: the gradient of x is never summed over the ranks' branches
-NO_F = ("region_in = lambda x, w, b: F.linear(x, shard(w, rank, world_size, 0), "
-        "shard(b, rank, world_size, 0)); last = lambda h, w: F.linear(h, shard(w, rank, "
-        "world_size, 1))")
+NO_F = ("region_in = lambda x, w: F.linear(x, shard(w, rank, world_size, 0)); "
+        "last = lambda h, w: F.linear(h, shard(w, rank, world_size, 1))")
 NAMES = ["column_parallel_forward", "row_parallel_forward",
          "megatron_f_g", "tp_region", "tp_attention", "mlp_bytes",
          "rows_of_sum", "sp_f_g"]
@@ -101,6 +100,7 @@ def _count_on_rank(rank, world_size):
         dist.all_gather_single(whole, torch.ones(4))
         part = torch.empty(4)
         dist.reduce_scatter_single(part, whole, op=dist.ReduceOp.SUM)
+        dist.reduce(torch.ones(4), dst=0)  # a chain reduce, the broadcast's mirror: S
         x = torch.ones(3, requires_grad=True)
         (x * 2).sum().backward()  # no collective: nothing recorded
     return calls, dist.all_reduce is real, t.tolist()
@@ -109,7 +109,7 @@ def _count_on_rank(rank, world_size):
 def test_count_collectives_records_each_call_with_its_ring_bytes():
     """On 4 ranks, does count_collectives record each collective with the bytes of its whole
     tensor and a ring's bytes per rank (2(N-1)/N S for an all-reduce, (N-1)/N S for an
-    all-gather or reduce-scatter), and put dist back afterwards?"""
+    all-gather or reduce-scatter, S for a reduce down a chain), and put dist back afterwards?"""
     from distlab import run
 
     for calls, restored, t in run(_count_on_rank, world_size=4):
@@ -118,7 +118,8 @@ def test_count_collectives_records_each_call_with_its_ring_bytes():
             ("all_reduce", 24, 36.0, False),
             ("all_gather", 4 * 48, 3 * 48.0, False),
             ("all_gather_single", 64, 48.0, False),
-            ("reduce_scatter_single", 64, 48.0, False)]
+            ("reduce_scatter_single", 64, 48.0, False),
+            ("reduce", 16, 16.0, False)]
         assert calls[1].shape == (4, 2, 3)
 
 

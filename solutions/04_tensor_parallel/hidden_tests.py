@@ -143,12 +143,13 @@ def _run_layer(fn, rank, n, case):
             "work": work, "warnings": [str(w.message)[:300] for w in caught]}
 
 
-def _mlp_of_region(tp_region, rank, n, x, w1, b1, w2, b2):
-    """The notebook's tp_mlp, written here: the MLP on the two ends that tp_region returns."""
+def _mlp_of_region(tp_region, rank, n, x, w1, w2):
+    """The notebook's tp_mlp, written here: the MLP (no biases) on the two ends that tp_region
+    returns."""
     import torch.nn.functional as F
 
     region_in, region_out = tp_region(rank, n)
-    return region_out(F.gelu(region_in(x, w1, b1)), w2, b2)
+    return region_out(F.gelu(region_in(x, w1)), w2)
 
 
 def _run_region(fn, rank, n, case):
@@ -417,11 +418,11 @@ def _oracle_tp_region(rank, world_size, ops=None):
     def part(t, dim):
         return t.chunk(world_size, dim=dim)[rank]
 
-    def region_in(x, w, b):
-        return F.linear(f.apply(x), part(w, 0), part(b, 0))
+    def region_in(x, w):
+        return F.linear(f.apply(x), part(w, 0))
 
-    def region_out(h, w, b):
-        return g.apply(F.linear(h, part(w, 1))) + b
+    def region_out(h, w):
+        return g.apply(F.linear(h, part(w, 1)))
 
     return region_in, region_out
 
@@ -527,10 +528,10 @@ def _check_layer(where, n, outcomes, expected, flops, parts, sizes, what, work=N
                 _check_grad_part(where, rank, got, want, part(rank), name)
 
 
-def _mlp(x, w1, b1, w2, b2):
+def _mlp(x, w1, w2):
     import torch.nn.functional as F
 
-    return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+    return F.linear(F.gelu(F.linear(x, w1)), w2)
 
 
 def _forward_work(fn, tensors) -> int:
@@ -554,29 +555,27 @@ def tp_region(fn, rng):
                 h += n
             lead = (int(rng.integers(1, 4)),) + ((int(rng.integers(3, 6)),) if index else ())
             tensors = [_randn(rng, (*lead, d), dtype), _randn(rng, (h, d), dtype, d**-0.5),
-                       _randn(rng, (h,), dtype), _randn(rng, (d, h), dtype, h**-0.5),
-                       _randn(rng, (d,), dtype)]
+                       _randn(rng, (d, h), dtype, h**-0.5)]
             grad = _randn(rng, (*lead, d), dtype)
             cases.append({"tensors": tensors, "grad": grad})
             where = _case(n, x=tuple(tensors[0].shape), hidden=h, dtype=_name(dtype))
             expected, flops = _autograd(_mlp, tensors, grad)
             size = _nbytes(tensors[0])
-            # every rank adds b2 and copies the output (g's sum) on whole (..., d) tensors
+            # every rank copies the output (g's sum) on whole (..., d) tensors
             work = (_forward_work(_mlp, tensors), 4 * tensors[0].numel() + d)
             specs.append((where, expected, flops, _parts(h, n), size, work))
         for (_, entries), (where, expected, flops, hidden, size, work) in zip(
                 each_case(_harness, fn, n, cases, "region"), specs, strict=True):
-            _check_layer(where, n, _outcomes(where, entries, count=6),
+            _check_layer(where, n, _outcomes(where, entries, count=4),
                          expected, flops, [
                              ("x", None), ("w1", lambda r, p=hidden: p[r]),
-                             ("b1", lambda r, p=hidden: p[r]),
-                             ("w2", lambda r, p=hidden: (slice(None), p[r])), ("b2", None)],
+                             ("w2", lambda r, p=hidden: (slice(None), p[r]))],
                          (size, size), "MLP", work)
 
 
-def _attention(x, wqkv, wo, bo, num_heads):
-    """Causal multi-head attention, wqkv = [W_q; W_k; W_v] (3d x d), written here independently
-    of the notebook's helpers."""
+def _attention(x, wqkv, wo, num_heads):
+    """Causal multi-head attention without biases, wqkv = [W_q; W_k; W_v] (3d x d), written here
+    independently of the notebook's helpers."""
     import torch
 
     batch, seq, d = x.shape
@@ -591,7 +590,7 @@ def _attention(x, wqkv, wo, bo, num_heads):
     mask = torch.ones(seq, seq, dtype=torch.bool).tril()
     weights = torch.where(mask, scores, torch.tensor(float("-inf"), dtype=x.dtype)).softmax(-1)
     out = (weights @ v).permute(0, 2, 1, 3).reshape(batch, seq, d)
-    return out @ wo.t() + bo
+    return out @ wo.t()
 
 
 def _thirds(part: slice, d: int):
@@ -618,13 +617,13 @@ def tp_attention(fn, rng):
             batch, seq = int(rng.integers(1, 3)), int(rng.integers(1, 5))
             tensors = [_randn(rng, (batch, seq, d), dtype)]
             tensors += [_randn(rng, (3 * d, d), dtype, d**-0.5),
-                        _randn(rng, (d, d), dtype, d**-0.5), _randn(rng, (d,), dtype)]
+                        _randn(rng, (d, d), dtype, d**-0.5)]
             grad = _randn(rng, (batch, seq, d), dtype)
             cases.append({"tensors": tensors, "grad": grad, "kwargs": {"num_heads": num_heads}})
             where = _case(n, x=(batch, seq, d), num_heads=num_heads, dtype=_name(dtype))
             expected, flops = _autograd(lambda *t, h=num_heads: _attention(*t, h), tensors, grad)
-            # every rank copies the output (g's sum) and adds bo on whole (batch, seq, d)
-            # tensors, copies its rows of wqkv, and builds its mask
+            # every rank copies the output (g's sum) on whole (batch, seq, d) tensors, copies
+            # its rows of wqkv, and builds its mask
             work = (_forward_work(lambda *t, h=num_heads: _attention(*t, h), tensors),
                     5 * tensors[0].numel() + 3 * d * d // n + 2 * seq * seq)
             specs.append((where, expected, flops, _parts(d, n), _nbytes(tensors[0]), work))
@@ -632,8 +631,7 @@ def tp_attention(fn, rng):
             num_heads = n + 1
             tensors = [_randn(rng, (1, 2, num_heads), torch.float64)]
             tensors += [_randn(rng, (3 * num_heads, num_heads), torch.float64),
-                        _randn(rng, (num_heads, num_heads), torch.float64),
-                        _randn(rng, (num_heads,), torch.float64)]
+                        _randn(rng, (num_heads, num_heads), torch.float64)]
             cases.append({"tensors": tensors, "grad": tensors[0], "refuse": True,
                           "kwargs": {"num_heads": num_heads}})
             refused = _case(n, num_heads=f"{num_heads} (not a multiple of {n})")
@@ -643,10 +641,10 @@ def tp_attention(fn, rng):
             if case.get("refuse"):
                 _check_refused(where, entries, "the heads cannot be split evenly")
                 continue
-            _check_layer(where, n, _outcomes(where, entries, count=5),
+            _check_layer(where, n, _outcomes(where, entries, count=4),
                          expected, flops, [
                              ("x", None), ("wqkv", lambda r, p=rows: _thirds(p[r], p[-1].stop)),
-                             ("wo", lambda r, p=rows: (slice(None), p[r])), ("bo", None)],
+                             ("wo", lambda r, p=rows: (slice(None), p[r]))],
                          (size, size), "attention layer", work)
 
 

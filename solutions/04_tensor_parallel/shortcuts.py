@@ -31,16 +31,15 @@ def _padded(t: str) -> str:
 
 def _region(first: str, last: str) -> str:
     """tp_region's blank: region_in's statement `first` (ending in h = ...) and last's `last`
-    (ending in y = ..., the last layer without g and its bias: the given region_out passes it
-    through g, then adds the bias), as two lambdas."""
-    return (f"region_in = lambda x, w, b: (lambda: ({first.replace('h = ', '')}))(); "
+    (ending in y = ..., the last layer without g: the given region_out passes it through g), as
+    two lambdas (the MLP has no biases)."""
+    return (f"region_in = lambda x, w: (lambda: ({first.replace('h = ', '')}))(); "
             f"last = lambda h, w: (lambda: ({last.replace('y = ', '')}))()")
 
 
-IN = "h = F.linear(f.apply(x), shard(w, rank, world_size, 0), shard(b, rank, world_size, 0))"
+IN = "h = F.linear(f.apply(x), shard(w, rank, world_size, 0))"
 OUT = "y = F.linear(h, shard(w, rank, world_size, 1))"
-BROADCAST_FIRST_LAYER = ("((f.apply(x)[..., None, :] * w).sum(-1) + b)"
-                         ".chunk(world_size, dim=-1)[rank]")
+BROADCAST_FIRST_LAYER = "(f.apply(x)[..., None, :] * w).sum(-1).chunk(world_size, dim=-1)[rank]"
 MINE = "mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); "
 
 SHORTCUTS = [
@@ -70,11 +69,11 @@ SHORTCUTS = [
     # the MLP's two ends (full weights: choosing the part is the exercise; tp_mlp is given)
     Shortcut("tp_region", {1: _region("h = " + BROADCAST_FIRST_LAYER, OUT)},
              "the whole first layer as a broadcast multiply-and-sum, then sliced", "work"),
-    Shortcut("tp_region", {1: _region("h = F.linear(f.apply(x), w, b)",
+    Shortcut("tp_region", {1: _region("h = F.linear(f.apply(x), w)",
                                       "y = F.linear(h, w) / world_size")},
              "the whole MLP on every rank, divided by N before g", "FLOPs"),
     Shortcut("tp_region", {1: _region("h = g.apply(F.linear(shard(f.apply(x), rank, world_size, "
-                                      "-1), shard(w, rank, world_size, 1))) + b",
+                                      "-1), shard(w, rank, world_size, 1)))",
                                       "y = F.linear(h, w) / world_size")},
              "the first layer cut by its inputs: its partial sums all-reduced before GeLU",
              "all_reduce"),
@@ -113,13 +112,12 @@ SHORTCUTS = [
              {1: "received = torch.empty_like(t); dist.all_to_all_single(received, "
                  "t.contiguous()); part = received.chunk(world_size)[dist.get_rank()]"},
              "an all-to-all without the sum: another rank's block, not the sum", "rows"),
-    Shortcut("sp_f_g", {1: "enter_backward, leave_backward = (lambda grad: own_rows("
-                           "all_reduce_sum(grad))), gather_rows"},
+    Shortcut("sp_f_g", {1: "enter_backward = lambda grad: own_rows(all_reduce_sum(grad))"},
              "enter's backward as an all-reduce and a slice", "reduce_scatter"),
-    Shortcut("sp_f_g", {1: "enter_backward, leave_backward = rows_of_sum, (lambda grad: "
-                           "all_reduce_sum(torch.cat([grad if k == dist.get_rank() else "
-                           "torch.zeros_like(grad) for k in range(dist.get_world_size())])))"},
-             "leave's backward as an all-reduce of zero-padded rows", "all_gather"),
+    Shortcut("sp_f_g", {1: "enter_backward = lambda grad: (lambda ps: (dist.all_gather(ps, "
+                           "grad.contiguous()), own_rows(torch.stack(ps).sum(0)))[1])("
+                           "[torch.empty_like(grad) for _ in range(dist.get_world_size())])"},
+             "enter's backward as an all-gather, a local sum and a slice", "reduce_scatter"),
 ]
 
 HONEST = [
@@ -135,15 +133,14 @@ HONEST = [
     Shortcut("megatron_f_g", {1: "f_backward, g_backward = (lambda grad: "
                                  "all_reduce_sum(grad.clone())), torch.clone"},
              "copies for the sum and the identity"),
-    Shortcut("tp_region", {1: "region_in = lambda x, w, b: f.apply(x) @ w[rank * (w.shape[0] "
-                              "// world_size):(rank + 1) * (w.shape[0] // world_size)].t() "
-                              "+ b.chunk(world_size)[rank]; last = lambda h, w: "
+    Shortcut("tp_region", {1: "region_in = lambda x, w: f.apply(x) @ w[rank * (w.shape[0] "
+                              "// world_size):(rank + 1) * (w.shape[0] // world_size)].t(); "
+                              "last = lambda h, w: "
                               "h @ w.chunk(world_size, dim=-1)[rank].t()"},
              "the rows sliced by hand, chunk on the last dimension, the products written out"),
-    Shortcut("tp_region", {1: "def region_in(x, w, b):\n"
+    Shortcut("tp_region", {1: "def region_in(x, w):\n"
                               "    x_in = f.apply(x)\n"
-                              "    return F.linear(x_in, w.chunk(world_size)[rank], "
-                              "b.chunk(world_size)[rank])\n\n"
+                              "    return F.linear(x_in, w.chunk(world_size)[rank])\n\n"
                               "def last(h, w):\n"
                               "    partial = h @ shard(w, rank, world_size, dim=-1).t()\n"
                               "    return partial"},
@@ -180,9 +177,14 @@ HONEST = [
              {1: "got = torch.empty_like(t); dist.all_to_all_single(got, t.contiguous()); "
                  "part = torch.stack(got.chunk(world_size)).sum(0)"},
              "stacked blocks summed"),
-    Shortcut("sp_f_g", {1: "enter_backward, leave_backward = (lambda grad: rows_of_sum("
-                           "grad.clone())), (lambda grad: gather_rows(grad.contiguous()))"},
-             "copies through the helpers"),
+    Shortcut("sp_f_g", {1: "enter_backward = lambda grad: rows_of_sum(grad.clone())"},
+             "a copy through the helper"),
+    Shortcut("sp_f_g", {1: "def enter_backward(grad):\n"
+                           "    part = grad.new_empty((grad.shape[0] // dist.get_world_size(), "
+                           "*grad.shape[1:]))\n"
+                           "    dist.reduce_scatter_single(part, grad.contiguous())\n"
+                           "    return part"},
+             "torch's reduce-scatter written in a def"),
 ]
 
 # The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer

@@ -35,13 +35,14 @@ def _ring_share(name: str, n: int) -> float:
     """The bytes one rank sends in a ring implementation, as a fraction of S, the bytes of the
     whole (reduced or gathered) tensor, as notebook 01 derived them: an all-reduce 2(N-1)/N; a
     broadcast down a chain S at most (every rank but the last passes the whole tensor on, and
-    each rank is charged that most); every other collective (N-1)/N, as an all-gather, where a
-    rank sends all but its own 1/N."""
+    each rank is charged that most), and a reduce, its mirror, S too (up the chain, every rank
+    but the root passes on a whole partial sum); every other collective (N-1)/N, as an
+    all-gather, where a rank sends all but its own 1/N."""
     if n == 1:
         return 0.0
     if name.startswith("all_reduce"):
         return 2 * (n - 1) / n
-    return 1.0 if name == "broadcast" else (n - 1) / n
+    return 1.0 if name in ("broadcast", "reduce") else (n - 1) / n
 
 
 def _collectives() -> list[str]:
