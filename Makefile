@@ -33,8 +33,8 @@ lab: setup
 	JUPYTER_CONFIG_PATH="$(CURDIR)/lab-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 		$(BIN)/jupyter lab $(ROOT_FLAG) $(LAB_ARGS)
 
-# Four lanes on 2 cores (pytest-xdist; tests/conftest.py says why and how the work is split).
-LANES ?= -n 4
+# Three lanes on 2 cores (pytest-xdist; tests/conftest.py says why and how the work is split).
+LANES ?= -n 3
 
 # Everything, as CI runs it: unit tests, the slow system tests under tests/system/ (real
 # grading batches, Lab servers, the browser when a chromium is installed) and the

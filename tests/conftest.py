@@ -1,8 +1,6 @@
-"""`make test` runs the suite in four lanes (pytest-xdist: `-n 4`), on a 2-core machine too:
+"""`make test` runs the suite in three lanes (pytest-xdist: `-n 3`), on a 2-core machine too:
 much of the suite waits (on Lab and the browser, ranks starting, a deadlock's timeout, a kernel
-between cells), and the third and fourth lanes fill that time; the grading batches keep a core
-busy. (With three lanes the 2 cores were 1.56 busy on average over a clean-clone run: user +
-sys 25 min in 16 min of wall time.)
+between cells), and a third lane fills that time; the grading batches keep a core busy.
 
 - Each worker grades in its own grading folder with its own sandbox uids, as two graders on one
   machine must: a uid's process limit, memory cgroup and kernel sockets belong to one sandbox
