@@ -333,36 +333,54 @@ def test_without_a_judge_or_with_a_broken_one_the_checker_says_why(monkeypatch):
             judges._found.cache_clear()
 
 
+class ThreeRunner:
+    """A runner of the few-line judge below: its hidden test wants a function returning 3.
+    `starts` counts its starts; the first `failing_starts` of them fail, as a runner that dies
+    while starting does."""
+
+    def __init__(self, starts: list, failing_starts: int = 0):
+        self.starts, self.failing_starts = starts, failing_starts
+
+    def start(self):
+        self.starts.append(1)
+        if len(self.starts) <= self.failing_starts:
+            raise RuntimeError("the code under test stopped the process running it")
+
+    def test(self, name, candidate, seconds):
+        self.start()
+        namespace = {}
+        exec(candidate, namespace)
+        assert namespace[name]() == 3, "returns the wrong number"
+
+    def close(self):
+        pass
+
+
+class ThreeJudge:
+    """distlab.judges.Judge in a few lines, its runners ThreeRunners."""
+
+    def __init__(self, failing_starts: int = 0):
+        self.starts, self.failing_starts = [], failing_starts
+
+    def load_test(self, name):
+        pass
+
+    def runner(self, cells, call_seconds):
+        return ThreeRunner(self.starts, self.failing_starts)
+
+    def released_template(self, name):
+        return None
+
+
+THREE = snippets.Snippet("three", "00_toy", "def three():\n    return 1 + 2\n", (), "toy")
+
+
 def test_any_judge_that_keeps_to_the_interface_checks_drills():
     """Checker asks only distlab.judges.Judge: a judge of a few lines, whose hidden test wants
     a function returning 3, judges answers run through it."""
-
-    class Runner:
-        def start(self):
-            pass
-
-        def test(self, name, candidate, seconds):
-            namespace = {}
-            exec(candidate, namespace)
-            assert namespace[name]() == 3, "returns the wrong number"
-
-        def close(self):
-            pass
-
-    class ThreeJudge:
-        def load_test(self, name):
-            pass
-
-        def runner(self, cells, call_seconds):
-            return Runner()
-
-        def released_template(self, name):
-            return None
-
-    snippet = snippets.Snippet("three", "00_toy", "def three():\n    return 1 + 2\n", (), "toy")
-    position = next(p for p in positions.candidates(snippet.source) if p.text == "1 + 2")
+    position = next(p for p in positions.candidates(THREE.source) if p.text == "1 + 2")
     checker = Checker(ThreeJudge())
-    right, wrong = (checker.check(snippet, [position], [answer])[0] for answer in ("2 + 1", "4"))
+    right, wrong = (checker.check(THREE, [position], [answer])[0] for answer in ("2 + 1", "4"))
     assert right.right and right.why == "ran the hidden test: passes"
     assert wrong.status == check.WRONG and "returns the wrong number" in wrong.why
 
@@ -373,37 +391,14 @@ def test_a_warm_up_that_fails_is_quiet_and_the_check_starts_again(monkeypatch):
     the runner again and passes or says what went wrong."""
     import threading
 
-    starts, raised = [], []
+    raised = []
     monkeypatch.setattr(threading, "excepthook", raised.append)
-
-    class Runner:
-        def start(self):
-            starts.append(1)
-            if len(starts) == 1:
-                raise RuntimeError("the code under test stopped the process running it")
-
-        def test(self, name, candidate, seconds):
-            self.start()
-            namespace = {}
-            exec(candidate, namespace)
-            assert namespace[name]() == 3, "returns the wrong number"
-
-        def close(self):
-            pass
-
-    class ThreeJudge:
-        def load_test(self, name):
-            pass
-
-        def runner(self, cells, call_seconds):
-            return Runner()
-
-    snippet = snippets.Snippet("three", "00_toy", "def three():\n    return 1 + 2\n", (), "toy")
-    position = next(p for p in positions.candidates(snippet.source) if p.text == "1 + 2")
-    checker = Checker(ThreeJudge())
-    checker.warm(snippet).join(10)
-    assert raised == [] and len(starts) == 1
-    assert checker.check(snippet, [position], ["2 + 1"])[0].right
+    judge = ThreeJudge(failing_starts=1)
+    position = next(p for p in positions.candidates(THREE.source) if p.text == "1 + 2")
+    checker = Checker(judge)
+    checker.warm(THREE).join(10)
+    assert raised == [] and len(judge.starts) == 1
+    assert checker.check(THREE, [position], ["2 + 1"])[0].right
 
 
 def test_unknown_snippets_and_too_many_blanks_are_refused():
