@@ -129,6 +129,20 @@ def assess(obj, name: str | None = None):
     return grade_cell.assess(name, diagnose.source_of(obj), make)
 
 
+def reference_earns_every_point(name: str) -> None:
+    """Graded in the kernel, does the solved `name` earn its one point per blank?"""
+    earned, possible, report = assess(reference.reference(name), name)
+    assert earned == possible == len(reference.locate(name)[2]), report
+
+
+def released_earns_nothing(nb: Notebook, name: str) -> None:
+    """Graded as released (every blank `_____`), does `name` earn 0 of its one point per blank,
+    its blanks reported as not filled yet, rather than crash?"""
+    earned, possible, report = assess(nb.released(name), name)
+    assert (earned, possible) == (0.0, float(len(reference.locate(name)[2]))), report
+    assert any("not filled yet" in line for line in report), report
+
+
 @pytest.fixture(scope="module", autouse=True)
 def stop_ranks():
     """Stop the warm ranks once the module's tests are done."""

@@ -9,7 +9,14 @@ Run: .venv/bin/python -m pytest tests/test_expert_parallel.py -q
 """
 
 import pytest
-from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
+from notebook_testing import (  # noqa: F401 (stop_ranks: a fixture)
+    Notebook,
+    assess,
+    fails,
+    reference_earns_every_point,
+    released_earns_nothing,
+    stop_ranks,
+)
 
 from autograder import reference
 
@@ -23,10 +30,7 @@ ON_RANKS = ["ep_moe", "sync_ep_dp_grads"]
 def test_the_blank_release_earns_nothing_and_says_so(name):
     """Graded as released (every blank `_____`), does each exercise earn 0 with its blanks
     named as not filled, rather than crash?"""
-    blanks = reference.locate(name)[2]
-    earned, possible, report = assess(nb.released(name))
-    assert (earned, possible) == (0.0, float(len(blanks))), report
-    assert "not filled yet" in "\n".join(report)
+    released_earns_nothing(nb, name)
 
 
 def test_the_router_queues_first_choices_before_second_ones():

@@ -14,7 +14,14 @@ from autograder import reference
 
 matplotlib.use("Agg")
 
-from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
+from notebook_testing import (  # noqa: F401 (stop_ranks: a fixture)
+    Notebook,
+    assess,
+    fails,
+    reference_earns_every_point,
+    released_earns_nothing,
+    stop_ranks,
+)
 
 ASSIGNMENT = "04_tensor_parallel"
 nb = Notebook(ASSIGNMENT)
@@ -33,11 +40,8 @@ NAMES = ["column_parallel_forward", "row_parallel_forward",
 def test_reference_earns_every_point_and_the_release_none(name):
     """Graded in the kernel, does the solved function earn every point, and the released one
     (every blank `_____`) none, reported as not filled?"""
-    earned, possible, report = assess(reference.reference(name), name)
-    assert earned == possible == len(reference.locate(name)[2]), report
-    earned, possible, report = assess(nb.released(name), name)
-    assert earned == 0 and possible > 0, report
-    assert any("not filled yet" in line for line in report), report
+    reference_earns_every_point(name)
+    released_earns_nothing(nb, name)
 
 
 # ---------------------------------------------------------------- wrong and right answers
