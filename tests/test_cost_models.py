@@ -5,7 +5,6 @@ exercise promises, from its markers: tests/test_contract.py.)
 Run: .venv/bin/python -m pytest tests/test_cost_models.py -q   (about 15 s on 2 cores)
 """
 
-import linecache
 import math
 import warnings
 
@@ -13,12 +12,17 @@ import matplotlib
 import numpy as np
 import pytest
 
-from autograder import diagnose, grade_cell, reference
-from distlab.source.markers import blank_source
+from autograder import grade_cell, reference
 
 matplotlib.use("Agg")
 
-from notebook_testing import Notebook, assess, fails, stop_ranks  # noqa: F401 (stop_ranks: a fixture)
+from notebook_testing import (  # noqa: F401 (stop_ranks: a fixture)
+    Notebook,
+    assess,
+    fails,
+    released_earns_nothing,
+    stop_ranks,
+)
 
 ASSIGNMENT = "02_cost_models"
 nb = Notebook(ASSIGNMENT)
@@ -47,24 +51,8 @@ def test_a_wrong_ring_costs_no_points_in_the_exercises_that_use_it():
 def test_the_released_blanks_earn_nothing_and_say_so():
     """Graded with every blank still `_____`, does each function earn 0 and say which blanks
     are not filled yet, instead of crashing?"""
-    from distlab import _____
-
     for name in NAMES:
-        _, cell, blanks = reference.locate(name)
-        released, _ = blank_source(cell.source)
-        namespace = {**vars(reference.module(ASSIGNMENT)), "_____": _____,
-                     "__name__": "__main__"}
-        filename = f"<released-{name}>"
-        linecache.cache[filename] = (len(released), None, released.splitlines(True), filename)
-        exec(compile(released, filename, "exec"), namespace)
-        fn = namespace[name]
-
-        def make(source, fn=fn):
-            return fn if source is None else diagnose.rebuild(fn, source)
-
-        earned, possible, report = grade_cell.assess(name, diagnose.source_of(fn), make)
-        assert (earned, possible) == (0.0, len(blanks)), report
-        assert any("not filled yet" in line for line in report), report
+        released_earns_nothing(nb, name)
 
 
 # ---------------------------------------------------------------- the model's facts
@@ -284,7 +272,7 @@ def test_the_judge_grades_outside_the_kernel_with_the_oracles_patched_in(monkeyp
     iteration_costs while one wrong blank of it costs one point and is named?"""
     import sys
 
-    from autograder import grade_cell, judge
+    from autograder import judge
 
     monkeypatch.setattr(judge, "runner_command", lambda *_: [sys.executable, "-m",
                                                                  "autograder.judge.runner"])
