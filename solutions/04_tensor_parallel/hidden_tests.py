@@ -13,8 +13,10 @@ every element a forward op writes (a broadcast multiply-and-sum does a matmul's 
 matmul), against 1/N of the single-device layer's. The layers' backward runs with torch's
 warnings recorded on the rank: a `dist.all_reduce` in place of g passes backward as the identity
 with only a warning ("an autograd kernel was not registered"), which the grader's quiet() would
-hide; here it fails the case. `mlp_bytes` (a prediction) is checked against the ring's bytes
-of each layout's collectives, which the notebook's check also measures.
+hide; here it fails the case. `mlp_bytes` and `sp_costs` (predictions) are checked against the
+ring's bytes of each layout's collectives, which the notebook's checks also measure, for random
+sizes and called with symbols (a function that measures or looks up its answer returns no
+formula).
 
 As in notebook 01, one module-level harness runs on the ranks (it travels by value, as the
 learner's function does: checks.on_ranks), in its own process group with a short timeout (the
@@ -158,14 +160,7 @@ def _run_region(fn, rank, n, case):
                       case)
 
 
-def _run_sp(fn, rank, n, case):
-    t = case["t"][rank].clone()
-    value, rec = _recorded(lambda: fn(t))
-    return {"value": _plain(value), "rec": rec}
-
-
-_RUNNERS = {"call": _run_call, "pair": _run_pair, "layer": _run_layer, "region": _run_region,
-            "sp": _run_sp}
+_RUNNERS = {"call": _run_call, "pair": _run_pair, "layer": _run_layer, "region": _run_region}
 
 
 def _harness(rank, world_size, fn, cases, kind):
@@ -354,6 +349,47 @@ def column_parallel_forward(fn, rng):
 @exercise
 def row_parallel_forward(fn, rng):
     _test_linear_forward(fn, rng, split_dim=1)
+
+
+@exercise
+def row_parallel_backward(fn, rng):
+    """Section 2's layer with x whole on every rank, backward by hand: dL/dx whole (one
+    all-gather of this rank's features' gradient), its columns' dL/dW and dL/db with no
+    communication (the gradient of the output reaches every rank's partial sum whole)."""
+    from distlab import require_filled
+
+    require_filled(fn)
+    idea = ("the row-parallel backward (dL/dx: each rank holds its features' gradient, put side "
+            "by side; the weight's and the bias's gradients need nothing from other ranks)")
+    for n in WORLD_SIZES:
+        cases, specs = [], []
+        for dtype in (*_dtypes(), *_dtypes()):
+            batch, out_f, in_f = (int(rng.integers(1, 5)), int(rng.integers(1, 6)),
+                                  n * int(rng.integers(1, 4)))
+            x, weight = _randn(rng, (batch, in_f), dtype), _randn(rng, (out_f, in_f), dtype)
+            grad_y = _randn(rng, (batch, out_f), dtype)
+            parts = _parts(in_f, n)
+            cases.append({"args": [[x, weight[:, p], grad_y] for p in parts]})
+            wide = [t.double() for t in (x, weight, grad_y)]
+            grad_x = (wide[2] @ wide[1]).to(dtype)
+            grad_w = (wide[2].t() @ wide[0]).to(dtype)
+            grad_b = wide[2].sum(0).to(dtype)
+            flops = _matmul_flops(lambda x=x, w=weight, g=grad_y: (g @ w, g.t() @ x))
+            where = _case(n, x=tuple(x.shape), w_shard=(out_f, in_f // n), dtype=_name(dtype))
+            specs.append((where, grad_x, grad_w, grad_b, parts, flops, _nbytes(x)))
+        for (_, entries), (where, grad_x, grad_w, grad_b, parts, flops, size) in zip(
+                each_case(_harness, fn, n, cases, "call"), specs, strict=True):
+            for rank, outcome in enumerate(_outcomes(where, entries, count=3)):
+                got_x, got_w, got_b = outcome["value"]
+                check_tensor(got_x, grad_x, where, rank, "dL/dx", expected_is="autograd gives")
+                check_tensor(got_w, grad_w[:, parts[rank]], where, rank,
+                             "the gradient of its columns of the weight",
+                             expected_is="autograd gives")
+                check_tensor(got_b, grad_b, where, rank, "the gradient of the bias",
+                             expected_is="autograd gives")
+                _check_calls(where, rank, outcome["rec"], {"all_gather": size}, idea)
+                _check_flops(where, rank, n, outcome["rec"]["flops"], flops,
+                             "backward of the row-parallel layer")
 
 
 def _autograd(fn, tensors, grad):
@@ -657,128 +693,90 @@ def _ring(kind: str, n: int, numbers: int, itemsize: int) -> float:
     return (2 * share if kind == "all_reduce" else share) * numbers * itemsize
 
 
-@exercise
-def mlp_bytes(fn, rng):
-    cases = [(1, 2, 3, 12, 4), (2, 8, 16, 64, 4), (4, 8, 16, 16, 4), (4, 3, 5, 20, 8)]
-    cases += [(int(rng.integers(2, 65)), int(rng.integers(1, 513)), int(rng.integers(1, 4097)),
-               0, int(rng.choice([1, 2, 4, 8]))) for _ in range(8)]
-    for n, b, d, h, s in cases:
-        h = h or d * int(rng.integers(1, 9))
-        where = f"mlp_bytes(world_size={n}, b={b}, d={d}, h={h}, s={s})"
+def _predicted(fn, name: str, small: list, large: list, formulas, what: tuple, wanted) -> None:
+    """A prediction blank: fn(*case) for the small cases (values a run could also measure), then
+    fn called with symbols (_check_formulas: no measuring, no table), then the large cases;
+    wanted(*case) the pair of true values. what: the labels of the pair's two numbers."""
+    import inspect
+
+    params = list(inspect.signature(fn).parameters)
+    for index, case in enumerate(small + large):
+        if index == len(small):
+            _check_formulas(fn, name, formulas, what)
+        where = f"{name}({', '.join(f'{k}={v}' for k, v in zip(params, case, strict=False))})"
         try:
-            got = fn(n, b, d, h, s)
+            got = fn(*case)
         except Exception as err:  # noqa: BLE001 - any crash of learner code fails the case
             raise AssertionError(f"{where}: raised {type(err).__name__}: {err}".splitlines()[0]
                                  ) from None
         if not isinstance(got, list | tuple) or len(got) != 2:
             raise AssertionError(f"{where}: returned {got!r}, expected a pair of numbers")
-        yours = _ring("all_reduce", n, b * d, s)  # g: the output's partial sums
-        rows_twice = _ring("all_gather", n, b * h, s) + _ring("all_gather", n, b * d, s)
-        check_close(got[0], yours, where, "the bytes of tp_mlp's layout (what the recorder "
-                    "measures for its forward)")
-        check_close(got[1], rows_twice, where, "the bytes of the layout that cuts both weights "
-                    "into bands of rows (what the recorder measures for its forward)")
+        for value, want, label in zip(got, wanted(*case), what, strict=True):
+            check_close(value, want, where, label)
+
+
+@exercise
+def mlp_bytes(fn, rng):
+    small = [(1, 2, 3, 12, 4), (2, 8, 16, 64, 4), (4, 8, 16, 16, 4), (4, 3, 8, 20, 8)]
+    large = []
+    for _ in range(8):
+        n, b, d = int(rng.integers(2, 65)), int(rng.integers(1, 513)), int(rng.integers(1, 4097))
+        large.append((n, b, d, d * int(rng.integers(1, 9)), int(rng.choice([1, 2, 4, 8]))))
+    _predicted(fn, "mlp_bytes", small, large,
+               lambda n, b, d, h, e: (2 * (n - 1) / n * b * d * e, (n - 1) / n * b * (h + d) * e),
+               ("the bytes of tp_mlp's layout (what the recorder measures for its forward)",
+                "the bytes of the layout that cuts both weights into bands of rows (what the "
+                "recorder measures for its forward)"),
+               lambda n, b, d, h, e: (_ring("all_reduce", n, b * d, e),  # g's partial sums
+                                      _ring("all_gather", n, b * h, e)
+                                      + _ring("all_gather", n, b * d, e)))
+
+
+def _check_formulas(fn, name: str, formulas, what: tuple) -> None:
+    """fn called with symbols: each result must be the formula, as an expression of its
+    arguments (a function that measures what the ranks send, or reads a table of the cases,
+    cannot return one)."""
+    import inspect
+
+    import sympy
+
+    params = list(inspect.signature(fn).parameters)
+    symbols = sympy.symbols(" ".join(params), positive=True)
+    where = f"{name}({', '.join(params)}) called with symbols"
+    try:
+        got = fn(*symbols)
+    except Exception as err:  # noqa: BLE001 - any crash of learner code fails the case
+        raise AssertionError(
+            f"{where}: raised {type(err).__name__}: {err}".splitlines()[0][:300]
+            + f"; {name} must compute its answer as a formula of its arguments (+, -, *, /), "
+            "not measure it or look it up") from None
+    wanted = formulas(*symbols)
+    if not isinstance(got, list | tuple) or len(got) != len(wanted):
+        raise AssertionError(f"{where}: returned {got!r}, expected {len(wanted)} formulas")
+    for value, want, label in zip(got, wanted, what, strict=True):
+        if sympy.simplify(sympy.sympify(value) - want) != 0:
+            raise AssertionError(f"{where}: {label}: {value} is not what the ring sends "
+                                 "for every value of the arguments")
 
 
 # ---------------------------------------------------------------- sequence parallelism
 
 
-def _oracle_rows_of_sum(t):
-    """A correct rows_of_sum, standing in for the notebook's in the tests of sp_f_g."""
-    import torch.distributed as dist
-
-    part = t.new_empty((t.shape[0] // dist.get_world_size(), *t.shape[1:]))
-    dist.reduce_scatter_single(part, t.contiguous())
-    return part
-
-
 @exercise
-def rows_of_sum(fn, rng):
-    import torch
-
-    from distlab import require_filled
-
-    require_filled(fn)
-    for n in WORLD_SIZES:
-        cases, specs = [], []
-        for dtype in _dtypes():
-            rest = tuple(int(s) for s in rng.integers(1, 4, size=int(rng.integers(0, 3))))
-            shape = (n * int(rng.integers(1, 4)), *rest)
-            ts = [_randn(rng, shape, dtype) for _ in range(n)]
-            cases.append({"t": ts})
-            total = torch.stack([t.double() for t in ts]).sum(0).to(dtype)
-            specs.append((_case(n, t=shape, dtype=_name(dtype)), total))
-        if n > 1:
-            length = n * int(rng.integers(1, 3)) + int(rng.integers(1, n))
-            cases.append({"t": [_randn(rng, (length, 2), torch.float64)] * n, "refuse": True})
-            specs.append((_case(n, t=f"({length}, 2), {length} not a multiple of {n}"), None))
-        for (_, entries), (where, total) in zip(each_case(_harness, fn, n, cases, "sp"), specs,
-                                                strict=True):
-            if total is None:
-                _check_refused(where, entries, "the rows cannot be split evenly")
-                continue
-            for rank, outcome in enumerate(_outcomes(where, entries)):
-                check_tensor(outcome["value"], total.chunk(n)[rank], where, rank,
-                             "its rows of the sum",
-                             expected_is=f"rows {rank}/{n} of the sum are")
-                _check_rows_budget(where, rank, n, outcome["rec"], _nbytes(total))
-
-
-def _check_rows_budget(where, rank, n, rec, size):
-    """One reduce-scatter of the whole tensor, or its written-out form (one all-to-all and a
-    local sum): (N-1)/N of its bytes in a ring, half an all-reduce's, and no whole sum held."""
-    kinds = _kinds(rec)
-    if n > 1 and (kinds not in (["reduce_scatter"], ["all_to_all"])
-                  or any(call["bytes"] != size for call in rec["calls"])):
-        raise AssertionError(
-            f"{where}: rank {rank} called {describe(rec)}; this rank's rows of the sum, within "
-            f"the budget (with the all-gather after it, no more bytes than one all-reduce of "
-            f"{size} B: {(n - 1) / n * size:g} B sent by each rank in a ring), needs one "
-            "collective whose result is only this rank's rows of the sum")
-
-
-@exercise
-def sp_f_g(fn, rng):
-    import torch
-
-    from distlab import require_filled
-
-    require_filled(fn)
-    fn = with_trusted(fn, rows_of_sum=_oracle_rows_of_sum)
-    for n in WORLD_SIZES:
-        cases, specs = [], []
-        for dtype in _dtypes():
-            rows = int(rng.integers(1, 3))
-            rest = tuple(int(s) for s in rng.integers(1, 4, size=int(rng.integers(1, 3))))
-            part, whole = (rows, *rest), (n * rows, *rest)
-            parts = [_randn(rng, part, dtype) for _ in range(n)]  # into the all-gather
-            grads_whole = [_randn(rng, whole, dtype) for _ in range(n)]  # back into it
-            wholes = [_randn(rng, whole, dtype) for _ in range(n)]  # into the reduce-scatter
-            grads_part = [_randn(rng, part, dtype) for _ in range(n)]  # back into it
-            cases.append({"x": [parts, wholes], "grad": [grads_whole, grads_part]})
-
-            def summed(ts, dtype=dtype):
-                return torch.stack([t.double() for t in ts]).sum(0).to(dtype)
-
-            gathered, gathered_grad = torch.cat(parts), torch.cat(grads_part)
-            sum_grad, sum_whole = summed(grads_whole).chunk(n), summed(wholes).chunk(n)
-            expected = [[(gathered, "the all-gather's forward output",
-                          "every rank's positions, in rank order, are"),
-                         (sum_grad[r], "the gradient through the all-gather",
-                          "this rank's positions of the summed gradient are"),
-                         (sum_whole[r], "the reduce-scatter's forward output",
-                          "this rank's positions of the sum are"),
-                         (gathered_grad, "the gradient through the reduce-scatter",
-                          "every rank's gradient, in rank order, is")] for r in range(n)]
-            size = _nbytes(gathered)
-            budgets = [({"all_gather": size}, "every rank's positions, on every rank"),
-                       ({"reduce_scatter": size}, "the gradients of this rank's positions, "
-                        "summed over the ranks that used them", {"all_to_all": size}),
-                       ({"reduce_scatter": size}, "this rank's positions of the sum"),
-                       ({"all_gather": size}, "every rank's positions of the gradient")]
-            specs.append((_case(n, part=part, dtype=_name(dtype)), expected, budgets))
-        for (_, entries), (where, expected, budgets) in zip(
-                each_case(_harness, fn, n, cases, "pair"), specs, strict=True):
-            outcomes = _outcomes(where, entries, count=4)
-            _check_pair(where, outcomes, expected, budgets,
-                        ("the all-gather", "the reduce-scatter"))
+def sp_costs(fn, rng):
+    """The sequence-parallel MLP block's forward: the bytes a rank sends (enter's all-gather and
+    leave's reduce-scatter, each of the whole (s, b, d) activation, (N-1)/N of it in a ring) and
+    the bytes of its positions it normalises."""
+    small = [(1, 4, 2, 3, 4), (2, 8, 2, 16, 4), (4, 8, 3, 16, 8), (3, 6, 1, 5, 2)]
+    large = []
+    for _ in range(8):
+        n = int(rng.integers(2, 65))
+        large.append((n, n * int(rng.integers(1, 65)), int(rng.integers(1, 9)),
+                      int(rng.integers(1, 4097)), int(rng.choice([1, 2, 4, 8]))))
+    _predicted(fn, "sp_costs", small, large,
+               lambda n, s, b, d, e: (2 * (n - 1) / n * s * b * d * e, s * b * d * e / n),
+               ("the bytes one rank sends in the block's forward (what the recorder measures "
+                "for enter's and leave's collectives)",
+                "the bytes of the activation one rank normalises (its positions)"),
+               lambda n, s, b, d, e: (2 * _ring("all_gather", n, s * b * d, e),
+                                      s * b * d * e / n))

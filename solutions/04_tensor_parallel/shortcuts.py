@@ -1,9 +1,9 @@
 """Shortcuts of notebook 04 (tensor parallelism): blank fills that earn the values without the
 idea (the whole weight gathered and the whole matmul done on every rank, the wrong collective
-with zero padding, an all-gather and a local sum in place of an all-reduce, an all-reduce and a
-slice or broadcasts in place of a reduce-scatter, the whole first layer as a broadcast
-multiply-and-sum, the whole MLP divided by N before the given g, x not entered through f), and
-correct answers written otherwise. Each rank
+with zero padding, an all-gather and a local sum in place of an all-reduce, a needless
+collective, the whole first layer as a broadcast multiply-and-sum, the whole MLP divided by N
+before g, an in-place all-reduce in place of g, a prediction measured
+by running the layouts), and correct answers written otherwise. Each rank
 receives only its own shard of the linear layers' weights, so "use the full weight" must gather
 it."""
 
@@ -30,15 +30,14 @@ def _padded(t: str) -> str:
 
 
 def _region(first: str, last: str) -> str:
-    """tp_region's blank: region_in's statement `first` (ending in h = ...) and last's `last`
-    (ending in y = ..., the last layer without g: the given region_out passes it through g), as
-    two lambdas (the MLP has no biases)."""
+    """tp_region's blank: region_in's statement `first` (ending in h = ...) and region_out's
+    `last` (ending in y = ...), as two lambdas (the MLP has no biases)."""
     return (f"region_in = lambda x, w: (lambda: ({first.replace('h = ', '')}))(); "
-            f"last = lambda h, w: (lambda: ({last.replace('y = ', '')}))()")
+            f"region_out = lambda h, w: (lambda: ({last.replace('y = ', '')}))()")
 
 
 IN = "h = F.linear(f.apply(x), shard(w, rank, world_size, 0))"
-OUT = "y = F.linear(h, shard(w, rank, world_size, 1))"
+OUT = "y = g.apply(F.linear(h, shard(w, rank, world_size, 1)))"
 BROADCAST_FIRST_LAYER = "(f.apply(x)[..., None, :] * w).sum(-1).chunk(world_size, dim=-1)[rank]"
 MINE = "mine = slice(rank * x.shape[-1] // world_size, (rank + 1) * x.shape[-1] // world_size); "
 
@@ -57,6 +56,16 @@ SHORTCUTS = [
              {1: f"partial = F.linear(x_shard, w_shard); {_summed_by_gather('partial')}; "
                  "y = partial + bias"},
              "the partial sums all-gathered and added locally", "all_reduce"),
+    # the row cut's backward, by hand (x whole on every rank)
+    Shortcut("row_parallel_backward",
+             {1: "grad_x = grad_y @ " + _gathered("w_shard", 1)},
+             "the whole weight all-gathered, dL/dx computed whole on every rank",
+             "row-parallel backward"),
+    Shortcut("row_parallel_backward",
+             {1: "grad_x = torch.cat([grad_y @ w_shard if q == rank else "
+                 "torch.zeros_like(x_mine) for q in range(world_size)], dim=1); "
+                 "dist.all_reduce(grad_x)"},
+             "dL/dx zero-padded and all-reduced", "all_gather"),
     # f and g (the blank is the two backward passes; the forwards are given)
     Shortcut("megatron_f_g",
              {1: "f_backward, g_backward = (lambda grad: (lambda t: ("
@@ -70,54 +79,42 @@ SHORTCUTS = [
     Shortcut("tp_region", {1: _region("h = " + BROADCAST_FIRST_LAYER, OUT)},
              "the whole first layer as a broadcast multiply-and-sum, then sliced", "work"),
     Shortcut("tp_region", {1: _region("h = F.linear(f.apply(x), w)",
-                                      "y = F.linear(h, w) / world_size")},
+                                      "y = g.apply(F.linear(h, w) / world_size)")},
              "the whole MLP on every rank, divided by N before g", "FLOPs"),
     Shortcut("tp_region", {1: _region("h = g.apply(F.linear(shard(f.apply(x), rank, world_size, "
                                       "-1), shard(w, rank, world_size, 1)))",
-                                      "y = F.linear(h, w) / world_size")},
+                                      "y = g.apply(F.linear(h, w) / world_size)")},
              "the first layer cut by its inputs: its partial sums all-reduced before GeLU",
              "all_reduce"),
-    # attention (region_out ends it; the blank is f and wqkv's rows)
+    Shortcut("tp_region", {1: "region_in = lambda x, w: F.linear(f.apply(x), "
+                              "shard(w, rank, world_size, 0)); region_out = lambda h, w: "
+                              "(lambda y: (dist.all_reduce(y), y)[1])("
+                              "F.linear(h, shard(w, rank, world_size, 1)))"},
+             "the sum as an in-place all-reduce, not g: backward runs it as the identity",
+             "g"),
+    # attention (f begins it, region_out ends it; the blank is wqkv's rows)
     Shortcut("tp_attention",
-             {1: "f, _ = megatron_f_g(); " + MINE + "qkv = F.linear(f.apply(x), "
-                 "shard(wqkv, rank, world_size, 0))"},
+             {1: MINE + "qkv = F.linear(x_in, shard(wqkv, rank, world_size, 0))"},
              "the fused wqkv cut as one block of rows (attention() copied with shard)", "output"),
     Shortcut("tp_attention",
-             {1: "f, _ = megatron_f_g(); " + MINE + "qkv = F.linear(f.apply(x), "
-                 "wqkv[mine].repeat(3, 1))"},
+             {1: MINE + "qkv = F.linear(x_in, wqkv[mine].repeat(3, 1))"},
              "the heads' rows of W_q used for k and v too (one third read)", "output"),
-    Shortcut("tp_attention",
-             {1: MINE + "qkv = F.linear(x, torch.cat([w[mine] for w in wqkv.chunk(3)]))"},
-             "x not entered through f: its gradient not summed", "backward"),
     # the bytes, predicted
     Shortcut("mlp_bytes", {1: "yours, rows_twice = 2 * (n - 1) / n * b * d * e, "
                               "2 * (2 * (n - 1) / n * b * d * e)"},
              "the other layout taken as twice yours", "rows"),
-    # sequence parallelism
-    Shortcut("rows_of_sum",
-             {1: "whole = t.clone(); dist.all_reduce(whole); "
-                 "part = whole.chunk(world_size)[dist.get_rank()].clone()"},
-             "an all-reduce, then a slice: the whole sum held, over the budget", "budget"),
-    Shortcut("rows_of_sum",
-             {1: "part = (lambda ps: (dist.all_gather(ps, t), torch.stack(ps).sum(0))[1])"
-                 "([torch.empty_like(t) for _ in range(world_size)]).chunk(world_size)"
-                 "[dist.get_rank()].clone()"},
-             "every rank's whole tensor all-gathered and summed", "budget"),
-    Shortcut("rows_of_sum",
-             {1: "part = torch.zeros_like(t.chunk(world_size)[0]); "
-                 "[dist.broadcast(b := t.clone(), src=q) or part.add_(b.chunk(world_size)"
-                 "[dist.get_rank()]) for q in range(world_size)]"},
-             "every rank's tensor broadcast and summed", "budget"),
-    Shortcut("rows_of_sum",
-             {1: "received = torch.empty_like(t); dist.all_to_all_single(received, "
-                 "t.contiguous()); part = received.chunk(world_size)[dist.get_rank()]"},
-             "an all-to-all without the sum: another rank's block, not the sum", "rows"),
-    Shortcut("sp_f_g", {1: "enter_backward = lambda grad: own_rows(all_reduce_sum(grad))"},
-             "enter's backward as an all-reduce and a slice", "reduce_scatter"),
-    Shortcut("sp_f_g", {1: "enter_backward = lambda grad: (lambda ps: (dist.all_gather(ps, "
-                           "grad.contiguous()), own_rows(torch.stack(ps).sum(0)))[1])("
-                           "[torch.empty_like(grad) for _ in range(dist.get_world_size())])"},
-             "enter's backward as an all-gather, a local sum and a slice", "reduce_scatter"),
+    Shortcut("mlp_bytes",
+             {1: "yours, rows_twice = [sum(sum(c.sent for c in calls) for calls in "
+                 "run(forward_bytes, torch.zeros(b, d, dtype=dtype), torch.zeros(h, d, "
+                 "dtype=dtype), torch.zeros(d, h, dtype=dtype), world_size=n)[0][k:k + 1]) "
+                 "for dtype in [{1: torch.int8, 2: torch.float16, 4: torch.float32, "
+                 "8: torch.float64}[e]] for k in (0, 1)]"},
+             "measured by running both layouts at the given sizes", "formula"),
+    # sequence parallelism (its operators are given; the blank predicts their costs)
+    Shortcut("sp_costs", {1: "sent, held = (n - 1) / n * s * b * d * e, s * b * d * e / n"},
+             "only one of the two collectives", "sends"),
+    Shortcut("sp_costs", {1: "sent, held = 2 * (n - 1) / n * s * b * d * e, s * b * d * e"},
+             "the whole activation normalised on every rank", "normalises"),
 ]
 
 HONEST = [
@@ -135,26 +132,32 @@ HONEST = [
              "copies for the sum and the identity"),
     Shortcut("tp_region", {1: "region_in = lambda x, w: f.apply(x) @ w[rank * (w.shape[0] "
                               "// world_size):(rank + 1) * (w.shape[0] // world_size)].t(); "
-                              "last = lambda h, w: "
-                              "h @ w.chunk(world_size, dim=-1)[rank].t()"},
+                              "region_out = lambda h, w: "
+                              "g.apply(h @ w.chunk(world_size, dim=-1)[rank].t())"},
              "the rows sliced by hand, chunk on the last dimension, the products written out"),
     Shortcut("tp_region", {1: "def region_in(x, w):\n"
                               "    x_in = f.apply(x)\n"
                               "    return F.linear(x_in, w.chunk(world_size)[rank])\n\n"
-                              "def last(h, w):\n"
+                              "def region_out(h, w):\n"
                               "    partial = h @ shard(w, rank, world_size, dim=-1).t()\n"
-                              "    return partial"},
+                              "    return g.apply(partial)"},
              "two nested defs over several lines"),
+    Shortcut("row_parallel_backward",
+             {1: "mine = grad_y @ w_shard; "
+                 "stacked = mine.new_empty((world_size * mine.shape[0], mine.shape[1])); "
+                 "dist.all_gather_single(stacked, mine.contiguous()); "
+                 "grad_x = torch.cat(stacked.chunk(world_size), dim=-1)"},
+             "all_gather_single, its blocks put side by side"),
     Shortcut("tp_attention",
-             {1: "f = megatron_f_g()[0]; head_dim = x.shape[-1] // num_heads; "
+             {1: "head_dim = x.shape[-1] // num_heads; "
                  "k = num_heads // world_size * head_dim; mine = slice(rank * k, (rank + 1) * k); "
                  "wq, wk, wv = wqkv.chunk(3); "
-                 "qkv = f.apply(x) @ torch.cat((wq[mine], wk[mine], wv[mine])).t()"},
+                 "qkv = x_in @ torch.cat((wq[mine], wk[mine], wv[mine])).t()"},
              "the band from the heads, each third named"),
     Shortcut("tp_attention",
-             {1: "f, _ = megatron_f_g(); d = wqkv.shape[1]; mine = slice(rank * d // world_size, "
+             {1: "d = wqkv.shape[1]; mine = slice(rank * d // world_size, "
                  "(rank + 1) * d // world_size); "
-                 "qkv = F.linear(f.apply(x), wqkv.view(3, d, d)[:, mine].reshape(-1, d))"},
+                 "qkv = F.linear(x_in, wqkv.view(3, d, d)[:, mine].reshape(-1, d))"},
              "a view of the three thirds, sliced at once"),
     Shortcut("column_parallel_forward",
              {1: "stacked = y_mine.new_empty("
@@ -165,26 +168,12 @@ HONEST = [
     Shortcut("mlp_bytes", {1: "ring = (n - 1) / n * e; yours, rows_twice = 2 * ring * b * d, "
                               "ring * b * h + ring * b * d"},
              "the ring share first"),
-    Shortcut("rows_of_sum",
-             {1: "part = t.new_empty((t.shape[0] // world_size, *t.shape[1:])); "
-                 "dist.reduce_scatter_single(part, t.contiguous(), op=dist.ReduceOp.SUM)"},
-             "torch's reduce-scatter, the op spelled out"),
-    Shortcut("rows_of_sum",
-             {1: "part = torch.empty_like(t.chunk(world_size)[0]); "
-                 "dist.reduce_scatter(part, [c.contiguous() for c in t.chunk(world_size)])"},
-             "notebook 01's reduce-scatter, on a list of blocks"),
-    Shortcut("rows_of_sum",
-             {1: "got = torch.empty_like(t); dist.all_to_all_single(got, t.contiguous()); "
-                 "part = torch.stack(got.chunk(world_size)).sum(0)"},
-             "stacked blocks summed"),
-    Shortcut("sp_f_g", {1: "enter_backward = lambda grad: rows_of_sum(grad.clone())"},
-             "a copy through the helper"),
-    Shortcut("sp_f_g", {1: "def enter_backward(grad):\n"
-                           "    part = grad.new_empty((grad.shape[0] // dist.get_world_size(), "
-                           "*grad.shape[1:]))\n"
-                           "    dist.reduce_scatter_single(part, grad.contiguous())\n"
-                           "    return part"},
-             "torch's reduce-scatter written in a def"),
+    Shortcut("mlp_bytes", {1: "yours = 2 * (n - 1) * b * d * e / n; "
+                              "rows_twice = yours * (h + d) / (2 * d)"},
+             "the second layout as a ratio of the first"),
+    Shortcut("sp_costs", {1: "share = (n - 1) / n; positions = s / n; "
+                             "sent, held = 2 * share * s * b * d * e, positions * b * d * e"},
+             "the ring share and the positions named first"),
 ]
 
 # The wrong blank tests/system/test_grading.py grades: (function, blank number, wrong answer
