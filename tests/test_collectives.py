@@ -303,6 +303,103 @@ def test_a_rank_finds_no_other_ranks_input_in_any_frame():
     assert found == dict.fromkeys(range(n), 0), found
 
 
+
+def tree_with(lines: str) -> str:
+    """A correct tree_broadcast (the solved one's sends) that first runs `lines` (its body's
+    indent) on every rank."""
+    return f"""
+def tree_broadcast(rank, world_size, tensor):
+    import time
+
+    import torch.distributed as dist
+
+{lines}
+    if rank > 0:
+        dist.recv(tensor)
+    sends = [dist.isend(tensor, dst=c) for c in (2 * rank + 1, 2 * rank + 2) if c < world_size]
+    for sending in sends:
+        sending.wait()
+    return tensor
+"""
+
+
+def store_written(lines: str, n: int = 3) -> list:
+    """Each rank's bytes written to the store in one tree_broadcast case of tree_with(lines),
+    as the hidden test's harness counts them (every rank asserted to have finished it)."""
+    import torch
+
+    from autograder.exercises import collectives as tests_of_01
+    from autograder.exercises.checks import on_ranks
+
+    fn = cell_function(tree_with(lines), "tree_broadcast")
+    results = on_ranks(tests_of_01._tree_harness, fn, n, [torch.arange(3.0)])
+    assert [entries[0][0] for entries in results] == ["ok"] * n, results
+    return [entries[0][1]["store"] for entries in results]
+
+
+# rank 0 comes back from the harness's barrier after the case half a second late, as a rank
+# that the machine puts aside just then (make test's three lanes on two cores)
+LATE_AFTER_THE_CASE = """
+    if rank == 0:
+        barrier = dist.barrier
+
+        def late(*args, **kwargs):
+            dist.barrier = barrier
+            out = barrier(*args, **kwargs)
+            time.sleep(0.5)
+            return out
+
+        dist.barrier = late
+"""
+
+
+def test_a_rank_leaving_the_group_while_another_measures_is_not_blamed():
+    """A rank's FileStore writes 35 B into the store as the rank leaves the group after its
+    last case (c10d's "cleanup/" and "refcount/" records): when rank 0 is put aside between the
+    barrier after the case and its measure of the store, is a correct answer still not blamed
+    for what the leaving ranks wrote ("rank 0 wrote 70 B into the process group's store")?"""
+    assert store_written(LATE_AFTER_THE_CASE) == [0, 0, 0]
+
+
+def test_the_stores_own_records_during_a_case_are_not_blamed():
+    """A FileStore on the group's file made and freed during a case (as the library or the
+    garbage collector may: c10d's "refcount/" and "cleanup/" records, 53 B a rank): is a correct
+    answer not blamed for them?"""
+    assert store_written("""
+    from autograder.exercises.checks import rendezvous_file
+
+    dist.FileStore(rendezvous_file("check"), world_size)  # made and freed at once
+""") == [0, 0, 0]
+
+
+@pytest.mark.parametrize("write", [
+    "store.set('x', 'data')", "store.add('x', 3)", "store.append('x', 'data')",
+    "store.compare_set('x', '', 'data')", "store.multi_set(['x', 'y'], ['data', 'more'])",
+    "store.delete_key('x')",
+    "store.underlying_store.set('x', 'data')",  # beneath the group's prefix
+])
+def test_a_write_to_the_store_is_still_caught(write):
+    """Does one write to the process group's store by rank 0 (through the default store, by
+    whatever method) show in what rank 0 did? (Another rank may have measured the store's
+    size before the case after rank 0 wrote.)"""
+    written = store_written(f"""
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        {write}
+""", n=2)
+    assert written[0] > 0, written
+
+
+def test_a_tree_that_hands_its_data_through_the_store_fails_and_says_so():
+    """End to end: a tree_broadcast whose rank 0 also writes the data into the store fails,
+    with the bytes it wrote."""
+    complaint = fails("tree_broadcast", cell_function(tree_with("""
+    if rank == 0:
+        dist.distributed_c10d._get_default_store().set("x", repr(tensor.tolist()))
+"""), "tree_broadcast"))
+    assert re.search(r"rank 0 wrote \d+ B into the process group's store: the data must "
+                     r"travel in the ranks' messages", complaint), complaint
+
 def test_a_fill_over_several_lines_is_read_back_whole_and_is_no_change():
     """exchange's one blank is its whole body, which a learner writes over several lines: is
     that no change outside the blanks, read back as one fill (the diagnosis puts an answer in

@@ -23,6 +23,7 @@ import copy
 import functools
 import json
 import os
+import struct
 
 import numpy as np
 
@@ -276,35 +277,71 @@ def _watching_isends():
 
 
 
-def _store_bytes() -> int:
-    """The size of the harness group's FileStore: it grows with every write to the store, so a
-    rank that hands data to another through it (set, add, append...) shows here."""
+# What c10d's FileStore writes of its own: every dist.FileStore object on the file adds 1 to
+# "refcount/" when it is made, and 1 to "cleanup/" and -1 to "refcount/" when it is freed (35 B
+# for a rank leaving the group). No call of the store's API writes these keys: the FileStore puts
+# "/" before every key it is given ("-/" before one it deletes), under any PrefixStore's prefix.
+_STORE_OWN_KEYS = (b"refcount/", b"cleanup/")
+
+
+def _store_size() -> int:
+    """The size of the harness group's FileStore: a log that every write to the store appends
+    to (set, add, append, compare_set, multi_set, delete_key: a record each)."""
     return os.path.getsize(rendezvous_file("check"))
+
+
+def _store_written(since: int) -> int:
+    """Bytes appended to the harness group's FileStore after offset `since` (_store_size) that
+    are not the store's own bookkeeping (_STORE_OWN_KEYS): what a rank handed to another through
+    the store. Each record is a key and a value, each a 4-byte length and its bytes. A record
+    not yet whole is not counted: the case's writes were whole before its closing barrier, so
+    one still being appended began after it."""
+    with open(rendezvous_file("check"), "rb") as file:
+        file.seek(since)
+        log = file.read()
+    written = at = 0
+    while at + 4 <= len(log):
+        (key_len,) = struct.unpack_from("=I", log, at)
+        value_at = at + 4 + key_len + 4
+        if value_at > len(log):
+            break
+        (value_len,) = struct.unpack_from("=I", log, value_at - 4)
+        end = value_at + value_len
+        if end > len(log):
+            break
+        if log[at + 4:value_at - 4] not in _STORE_OWN_KEYS:
+            written += end - at
+        at = end
+    return written
 
 
 def _recorded(call) -> dict:
     """What call() did on this rank: its output (tensors detached and copied), every
     collective and point-to-point call however reached (kind, bytes, peer), the sends it
-    started and never waited for (finished here, so the next case starts clean) and how much
-    the group's store grew while every rank was in the case (a barrier before and after it:
-    a rank still joining the group or leaving it writes there too, and so does the case before)."""
+    started and never waited for (finished here, so the next case starts clean) and what was
+    written to the group's store while every rank was in the case (_store_written: a barrier
+    before and after it, for a rank still joining the group and for the case before; a third
+    after the measure, for a rank leaving the group, whose FileStore writes as it goes; and the
+    store's own records are not counted however they come)."""
     import torch
     import torch.distributed as dist
 
     dist.barrier()
-    before = _store_bytes()
+    before = _store_size()
     with _watching_isends() as requests, recording(flops=False, saved=False) as rec:
         out = call()
     unwaited = [r for r in requests if not r.waited]
     for request in unwaited:
         request.wait()
     dist.barrier()  # every rank is done with the case before the store is measured again
+    written = _store_written(before)
+    dist.barrier()  # and no rank leaves the group (a write of its store) before all have
     if isinstance(out, torch.Tensor):
         out = out.detach().clone()
     elif isinstance(out, list | tuple):
         out = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in out]
     return {"out": out, "calls": rec.summary()["calls"], "unwaited": len(unwaited),
-            "store": _store_bytes() - before}
+            "store": written}
 
 
 def _each_case(rank: int, world_size: int, mine: list, call) -> list:
