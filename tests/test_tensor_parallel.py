@@ -84,6 +84,25 @@ def test_the_judge_grades_these_exercises_outside_the_kernel(name, number, wrong
     assert f"looks wrong: [{number}]" in "\n".join(report), report
 
 
+@pytest.mark.parametrize("name", ["mlp_bytes", "sp_costs"])
+def test_the_judge_grades_the_predictions_with_plain_numbers(name, monkeypatch):
+    """Graded by the judge, does each solved prediction earn its point (its hidden test sends
+    only plain numbers to the learner's process: non-integer sizes, not symbols, tell a formula
+    from a measurement), and does a fill that reads a table of the small cases earn nothing?"""
+    from autograder import grade_cell
+    from autograder.judge import sandbox
+
+    monkeypatch.setattr(sandbox, "available", lambda: False)  # the sandbox has its own tests
+    [verdict] = grade_cell.verdicts(nb.solved_cells(), [(name, None)], "test")
+    assert verdict.earned == verdict.possible == 1, verdict.report
+    wanted = {"mlp_bytes": "yours, rows_twice = {(2, 8, 16, 64, 4): (512.0, 1280.0)}"
+                           ".get((n, b, d, h, e), (0, 0))",
+              "sp_costs": "sent, held = {(2, 8, 2, 16, 4): (1024.0, 512.0)}"
+                          ".get((n, s, b, d, e), (0, 0))"}[name]
+    earned, _, report = nb.judge_verdict(name, 1, wanted)
+    assert earned == 0, report
+
+
 # ---------------------------------------------------------------- distlab.tensor_parallel
 
 
