@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import solved
-from bench import execute, pick, table
+from bench import execute_seconds, pick, table
 from distlab.source import paths
 
 ASSIGNMENT = "01_collectives"
@@ -121,9 +121,7 @@ def main(students: int = 4) -> list[dict]:
         one = autograde if students == 1 else _timed(
             [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--student",
              "student00", "--force"], env)
-    start = time.perf_counter()
-    execute(solved.load(ASSIGNMENT))
-    plain = time.perf_counter() - start
+    plain = execute_seconds(solved.load(ASSIGNMENT))
     per_minute = 60 * students
     rows = [
         {"what": f"baseline: nbgrader autograde + feedback, serial ({students} submissions)",

@@ -8,19 +8,15 @@ the same way in the same run, so the ratio says what the exercises themselves co
 
 from __future__ import annotations
 
-import time
-
 import nbformat
 
 from autograder import solved
-from bench import execute, pick, table
+from bench import execute_seconds, pick, table
 from distlab.source import paths
 
 
 def wall_time(nb) -> float:
-    start = time.perf_counter()
-    execute(nb)
-    return time.perf_counter() - start
+    return execute_seconds(nb)
 
 
 def main() -> list[dict]:
