@@ -203,6 +203,26 @@ def test_does_an_unfilled_blank_stop_the_call_before_anything_launches():
     assert launch._pool is None
 
 
+def _calls_unfilled(rank, world_size):
+    return [_unfilled(rank, world_size)]
+
+
+def test_does_an_unfilled_blank_in_a_function_it_calls_stop_the_call_before_anything_launches():
+    """A demo whose function reaches a learner's empty blank (through a call, or a function
+    passed as an argument) is refused before any rank starts, naming that function, as one
+    with a blank of its own is."""
+    shutdown()
+    with pytest.raises(BlankNotFilled, match="^_unfilled still has 1 blank line"):
+        run(_calls_unfilled, world_size=2)
+    with pytest.raises(BlankNotFilled, match="^_unfilled still has 1 blank line"):
+        run(_apply, _unfilled, world_size=2)
+    assert launch._pool is None
+
+
+def _apply(rank, world_size, fn):
+    return fn(rank, world_size)
+
+
 def _both_receive_first(rank, world_size):
     t = torch.zeros(256)
     print("waiting for my neighbour")

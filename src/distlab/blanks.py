@@ -154,6 +154,35 @@ def source_lines(obj) -> tuple[list[str], int]:
     raise OSError(f"could not find the source of class {obj.__name__}")
 
 
+def require_filled_calls(fn, *args) -> None:
+    """require_filled for fn, for every function among args, and for each function of their
+    module that their code names, and theirs in turn: a demo that would reach an empty blank on
+    the ranks stops before any rank starts, naming the function that still holds it (distlab's
+    own helpers, in another module, are not followed)."""
+    import types
+
+    module = getattr(fn, "__module__", None)
+    todo = [fn, *(a for a in args if isinstance(a, types.FunctionType))]
+    seen = set()
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        require_filled(current)
+        codes = [getattr(current, "__code__", None)]
+        names = set()
+        while codes:
+            code = codes.pop()
+            if code is not None:
+                names.update(code.co_names)
+                codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        found = getattr(current, "__globals__", {})
+        todo += [found[name] for name in sorted(names)
+                 if isinstance(found.get(name), types.FunctionType)
+                 and found[name].__module__ == module]
+
+
 def require_filled(fn) -> None:
     """Raise `BlankNotFilled` naming each line of `fn` (a function or a class) that still holds
     a `_____`."""

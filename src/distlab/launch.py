@@ -30,7 +30,7 @@ import tempfile
 
 from distlab._pool import Pool
 from distlab._ranks import device, dumps, is_learner_file
-from distlab.blanks import require_filled
+from distlab.blanks import require_filled_calls
 
 __all__ = ["COLLECTIVES", "MIXED", "DeadlockError", "RankError", "device", "disown", "dumps",
            "is_learner_file", "log_dir", "log_path", "run", "shutdown", "start_ranks_launcher"]
@@ -78,7 +78,7 @@ def run(fn, *args, world_size=4, timeout=30.0, init_group=True, backend=None, tr
     prefixed "[rank r] ".
     """
     __tracebackhide__ = True  # pytest and IPython: the learner's call is the interesting frame
-    require_filled(fn)
+    require_filled_calls(fn, *args)
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     pool = _get_pool()  # starts the zygote first, so its torch import overlaps ours
