@@ -479,7 +479,7 @@ def test_the_kernel_has_its_zygote_forked_and_loads_nothing_from_the_learners_fo
     the first launch), do a learner's distlab/ and numpy.py beside the notebook not stop the
     kernel from starting, is the folder on sys.path for the notebook, as in Lab, is the cyclic
     garbage collector on, and does an empty blank raise BlankNotFilled on the ranks, as in
-    Lab?"""
+    Lab (or before they start, where run sees the call)?"""
     (outside_tmp / "distlab").mkdir()
     (outside_tmp / "distlab" / "__init__.py").write_text("raise ImportError('the fake')\n")
     (outside_tmp / "mine.py").write_text("x = 7\n")
@@ -495,15 +495,19 @@ def test_the_kernel_has_its_zygote_forked_and_loads_nothing_from_the_learners_fo
         "import gc\nprint(gc.isenabled(), launch.run("
         "lambda rank, world_size: __import__('gc').isenabled(), world_size=2))",
         # distlab, imported before the shell, still has its hooks in it: a blank statement
-        # raises on the ranks (it does not pass silently, leaving them waiting on each other)
-        "def empty():\n    _____\n\ndef uses_it(rank, world_size):\n    return empty()\n\n"
-        "launch.run(uses_it, world_size=2)",
+        # raises on the ranks (it does not pass silently, leaving them waiting on each other);
+        # reached in a list, which run does not look into before it launches
+        "def empty():\n    _____\n\ndef uses_one(rank, world_size, fns):\n"
+        "    return fns[0]()\n\nlaunch.run(uses_one, [empty], world_size=2)",
+        # reached through a call, it is refused before any rank starts, naming the function
+        "def uses_it(rank, world_size):\n    return empty()\n\nlaunch.run(uses_it, world_size=2)",
     ], allow_errors=True)
     client.execute()
     texts = [next(out.get("text") or out["evalue"] for out in cell.outputs  # not the live line
                   if out.output_type in ("stream", "error")) for cell in nb.cells]
     assert texts[:4] == ["ForkedZygote\n", "True\n", "7\n", "True [True, True]\n"], texts
-    assert texts[4].startswith("rank 0 raised BlankNotFilled"), texts[3]
+    assert texts[4].startswith("rank 0 raised BlankNotFilled"), texts[4]
+    assert texts[5].startswith("empty still has 1 blank line(s) to fill"), texts[5]
 
 
 @needs_namespaces
