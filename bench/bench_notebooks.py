@@ -15,17 +15,13 @@ from bench import execute_seconds, pick, table
 from distlab.source import paths
 
 
-def wall_time(nb) -> float:
-    return execute_seconds(nb)
-
-
 def main() -> list[dict]:
     empty = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import distlab")])
-    baseline = wall_time(empty)
+    baseline = execute_seconds(empty)
     rows = [{"notebook": "baseline: empty (kernel + import distlab)",
              "seconds": f"{baseline:.1f}", "ratio": "1.0x"}]
     for assignment in pick(paths.assignment_ids(), paths.assignment_ids()[:1]):
-        seconds = wall_time(solved.load(assignment))
+        seconds = execute_seconds(solved.load(assignment))
         rows.append({"notebook": f"{assignment} (solved)", "seconds": f"{seconds:.1f}",
                      "ratio": f"{seconds / baseline:.1f}x"})
     table("Notebooks executed top to bottom", rows)

@@ -343,7 +343,8 @@ def backward_on_rank(rank, world_size, backward, x, weight, grad_y):
 
 def backward_verdicts(backward, n):
     """backward on n ranks against autograd on one process: per rank a line (a verdict for each
-    gradient, the bytes sent), whether every gradient is right, and the bytes sent per rank."""
+    gradient, the bytes sent), whether every gradient is right, the bytes sent per rank, and the
+    bytes of x."""
     torch.manual_seed(0)
     x, grad_y = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 6, dtype=torch.float64)
     layer = nn.Linear(8, 6, dtype=torch.float64)
@@ -360,7 +361,7 @@ def backward_verdicts(backward, n):
         lines.append(f"rank {rank}: dL/dx {verdicts[0]} autograd's, its columns' dL/dW "
                      f"{verdicts[1]} autograd's, dL/db {verdicts[2]} autograd's; sent "
                      f"{sent_r:g} B (x: {x.nbytes} B)")
-    return lines, right, sent
+    return lines, right, sent, x.nbytes
 
 
 print("\n".join(backward_verdicts(seed_row_backward, 2)[0]))
@@ -393,9 +394,8 @@ def row_parallel_backward(rank, world_size, x, w_shard, grad_y):
 # %%
 require_filled(row_parallel_backward)  # names any blank still empty
 for n in (2, 4):
-    _, right, sent = backward_verdicts(row_parallel_backward, n)
+    _, right, sent, x_bytes = backward_verdicts(row_parallel_backward, n)
     assert right, f"{n} ranks: the gradients are not autograd's"
-    x_bytes = 3 * 8 * 8  # x: 3 x 8 float64
     assert max(sent) < x_bytes, \
         f"{n} ranks: a rank sent {max(sent):g} B; the budget is less than the {x_bytes} B of x"
     print(f"{n} ranks: the three gradients equal autograd's on every rank; each rank sent "
